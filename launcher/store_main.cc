@@ -1,0 +1,87 @@
+// ddprun-store: runs the rendezvous store alone, for tests, benchmarks and users who want a standing store.
+//
+//   ddprun-store [--host ADDR] [--port N] [--dialect auto|legacy|mid2023|modern] [limits...]
+//
+// Prints "ddprun-store listening on ADDR:PORT" on stdout once it accepts connections (port 0 picks one).
+// Stops cleanly on SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 2 bad flags, 3 cannot listen.
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <boost/asio.hpp>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include "rendezvous/store_error.h"
+#include "rendezvous/store_server.h"
+
+namespace {
+
+// Lets one store hold as many connections as the hard limit allows (10,000+ idle clients).
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::rdzv;
+  CLI::App app{"ddprun-store: a TCPStore-compatible rendezvous store"};
+  StoreServerOptions opts;
+  std::string dialect = "auto";
+  std::string log_level = "info";
+  size_t request_timeout_ms = static_cast<size_t>(opts.request_timeout.count());
+  app.add_option("--host", opts.host, "Address to listen on (default: every interface, IPv4 and IPv6)");
+  app.add_option("--port", opts.port, "TCP port; 0 picks a free one")->check(CLI::Range(0, 65535));
+  app.add_option("--dialect", dialect, "Protocol dialect: auto detects it per connection")
+      ->check(CLI::IsMember({"auto", "legacy", "mid2023", "modern"}));
+  app.add_option("--max-connections", opts.max_connections, "Connections beyond this are closed at accept")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "Longest key accepted")->check(CLI::PositiveNumber);
+  app.add_option("--max-value-bytes", opts.limits.max_value_bytes, "Longest value accepted")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--request-timeout-ms", request_timeout_ms,
+                 "A client must complete a request it started within this time")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  if (dialect != "auto") opts.dialect = parse_dialect(dialect);
+  opts.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+  opts.limits.max_request_bytes = std::max(opts.limits.max_request_bytes,
+                                           2 * opts.limits.max_value_bytes + opts.limits.max_key_bytes + 64);
+  raise_fd_limit();
+
+  boost::asio::io_context io;
+  std::unique_ptr<StoreServer> server;
+  try {
+    server = std::make_unique<StoreServer>(io, opts);
+  } catch (const BindError& e) {
+    std::cerr << "ddprun-store: " << e.what() << "\n";
+    return 3;
+  }
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    auto s = server->stats();
+    spdlog::info("store: stopping on signal {} ({} keys, {} clients, {} requests served)", sig, s.keys,
+                 s.connections, s.requests);
+    server->stop();
+    io.stop();
+  });
+  std::cout << "ddprun-store listening on " << server->local_endpoint() << std::endl;
+  io.run();
+  return 0;
+}

@@ -1,0 +1,101 @@
+// The data of a rendezvous store: keys, values, queues, and who waits for which key.
+//
+// Pure and single-threaded: no sockets, no clocks, no locks. The server owns one instance and touches it
+// only from its io_context thread; tests and the fuzzer drive it directly. Callbacks registered with wait()
+// and watch() run synchronously inside the mutating call that triggers them (set, add, append, ...), after
+// the state is updated; they may read the state but must not register or cancel waits/watches re-entrantly
+// other than their own (the state tolerates a callback cancelling itself).
+//
+// Semantics follow PyTorch's TCPStore server (docs/wire-protocol.md):
+//  - add() stores the integer as ASCII decimal; a missing key counts as 0.
+//  - compare_set(): missing key + empty expected -> store desired; missing + non-empty expected -> no
+//    change, returns expected; present -> replace only when equal to expected; returns the current value.
+//  - A waiter fires once, when each of its keys has been written once since it registered (TCPStore counts
+//    writes, not presence, so a key deleted after being written still counts).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "rendezvous/wire_codec.h"
+
+namespace ddprun::rdzv {
+
+class KeyValueState {
+ public:
+  using HandleId = uint64_t;
+  using ReadyFn = std::function<void()>;
+  // Legacy WATCH_KEY: event, key, old value (nullptr when created), new value (nullptr when deleted).
+  using WatchFn =
+      std::function<void(WatchEvent, const std::string& key, const std::string* old_value,
+                         const std::string* new_value)>;
+
+  KeyValueState() = default;
+  KeyValueState(const KeyValueState&) = delete;
+  KeyValueState& operator=(const KeyValueState&) = delete;
+
+  void set(const std::string& key, std::string value);
+  const std::string* get(const std::string& key) const;
+  // Returns nullopt (and changes nothing) when the current value is not a decimal integer or the sum
+  // overflows.
+  std::optional<int64_t> add(const std::string& key, int64_t delta);
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  bool check(const std::vector<std::string>& keys) const;
+  bool remove(const std::string& key);
+  int64_t num_keys() const { return static_cast<int64_t>(values_.size()); }
+  void append(const std::string& key, std::string_view value);
+
+  // Queues (modern QUEUE_PUSH/POP/LEN) live beside the keys: a push also wakes WAITs on the queue's key,
+  // so that a blocking pop can wait for it.
+  void queue_push(const std::string& key, std::string value);
+  std::optional<std::string> queue_pop(const std::string& key);
+  int64_t queue_len(const std::string& key) const;
+
+  // Registers `on_ready` to run once when every key in `keys` has been written. Returns nullopt (and
+  // drops on_ready) when all keys already exist.
+  std::optional<HandleId> wait(const std::vector<std::string>& keys, ReadyFn on_ready);
+  // Forgets a pending wait; returns false if it already fired or was cancelled.
+  bool cancel_wait(HandleId id);
+  HandleId watch(const std::string& key, WatchFn fn);
+  void unwatch(HandleId id);
+
+  size_t pending_waits() const { return waiters_.size(); }
+  size_t watches() const { return watchers_.size(); }
+  // Sum of key and value sizes, for stats and limits.
+  size_t stored_bytes() const { return stored_bytes_; }
+
+ private:
+  struct Waiter {
+    size_t missing = 0;
+    ReadyFn on_ready;
+  };
+  struct Watcher {
+    std::string key;
+    WatchFn fn;
+  };
+
+  // Runs after every write of `key`: wakes waiters, notifies watchers.
+  void written(const std::string& key, WatchEvent event, const std::string* old_value,
+               const std::string* new_value);
+  void deleted(const std::string& key, const std::string& old_value);
+  void notify_watchers(const std::string& key, WatchEvent event, const std::string* old_value,
+                       const std::string* new_value);
+  void store(const std::string& key, std::string value);
+
+  std::unordered_map<std::string, std::string> values_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
+  std::unordered_map<HandleId, Waiter> waiters_;
+  std::unordered_map<std::string, std::vector<HandleId>> waiters_by_key_;
+  std::unordered_map<HandleId, Watcher> watchers_;
+  std::unordered_map<std::string, std::vector<HandleId>> watchers_by_key_;
+  HandleId next_id_ = 1;
+  size_t stored_bytes_ = 0;
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,56 @@
+// Typed errors raised by the rendezvous store (client and server side).
+//
+// Every error a caller can cause or meet on the network is one of these types, so that callers can react
+// to the category (retry on ConnectionLostError, give up on TimeoutError, ...) without parsing messages.
+// Messages always name the peer as "addr:port" and the operation that failed.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ddprun::rdzv {
+
+// Base class: catch this to handle every store failure.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A deadline passed: connect, a reply, or a WAIT on keys that did not appear in time.
+class TimeoutError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The peer closed or reset the connection, or it could not be established.
+class ConnectionLostError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The local object was closed (StoreClient::close) or the server is shutting down.
+class ClosedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The peer sent bytes that are not a valid reply (wrong type byte, absurd length, ...).
+class BadReplyError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// A request was refused before it was sent (key or value above the limits, mismatched sizes, ...),
+// or a server-side operation was invalid (ADD on a value that is not an integer).
+class InvalidArgumentError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The server could not bind or listen ("address in use", no such address).
+class BindError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,361 @@
+#include "rendezvous/store_server.h"
+
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <array>
+#include <boost/asio.hpp>
+#include <future>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+#include "rendezvous/endpoint.h"
+#include "rendezvous/key_value_state.h"
+#include "rendezvous/store_error.h"
+#include "rendezvous/store_session.h"
+
+namespace ddprun::rdzv {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr size_t kScratchBytes = 256 * 1024;
+// Stop reading from a client while this much of its output waits behind a write in flight.
+constexpr size_t kPauseReadingAt = 4 * 1024 * 1024;
+
+std::string describe(const tcp::endpoint& ep) { return format_endpoint(ep.address().to_string(), ep.port()); }
+
+}  // namespace
+
+// Everything the connections share. Lives as long as the longest-lived connection handler.
+class StoreServer::Impl {
+ public:
+  Impl(asio::io_context& io, StoreServerOptions options)
+      : io(io), options(std::move(options)), acceptor(io), retry_timer(io) {}
+
+  asio::io_context& io;
+  StoreServerOptions options;
+  tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  KeyValueState state;
+  std::unordered_set<std::shared_ptr<Connection>> connections;
+  std::array<uint8_t, kScratchBytes> scratch{};
+  StoreServerStats counters;
+  bool stopped = false;
+  std::weak_ptr<Impl> self;  // set right after construction
+  std::chrono::steady_clock::time_point last_refusal_log{};
+  uint64_t refusals_since_log = 0;
+
+  void bind();
+  void accept();
+  void refuse(tcp::socket socket);
+};
+
+class StoreServer::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer)
+      : server_(std::move(server)),
+        socket_(std::move(socket)),
+        peer_(std::move(peer)),
+        timer_(server_->io),
+        session_(server_->state, server_->options.limits, server_->options.dialect,
+                 [this] { flush(); }) {}
+
+  void start() {
+    socket_.set_option(tcp::no_delay(true));
+    socket_.non_blocking(true);
+    wait_readable();
+  }
+
+  // Closes the socket and forgets the connection. `reason` empty: the peer left or the server stops.
+  void close(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    if (!reason.empty()) {
+      ++server_->counters.dropped;
+      spdlog::warn("store: dropping client {}: {}", peer_, reason);
+    }
+    boost::system::error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    server_->connections.erase(shared_from_this());
+  }
+
+ private:
+  void wait_readable() {
+    if (reading_ || closed_) return;
+    reading_ = true;
+    socket_.async_wait(tcp::socket::wait_read,
+                       [self = shared_from_this()](const boost::system::error_code& ec) {
+                         self->reading_ = false;
+                         if (ec) {
+                           if (ec != asio::error::operation_aborted) self->close("");
+                           return;
+                         }
+                         self->on_readable();
+                       });
+  }
+
+  void on_readable() {
+    if (closed_) return;
+    auto& scratch = server_->scratch;
+    boost::system::error_code ec;
+    size_t n = socket_.read_some(asio::buffer(scratch), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      wait_readable();
+      return;
+    }
+    if (ec || n == 0) {
+      close("");  // peer closed or reset: normal end of a client
+      return;
+    }
+    std::span<const uint8_t> input(scratch.data(), n);
+    if (!pending_.empty()) {
+      pending_.insert(pending_.end(), input.begin(), input.end());
+      input = pending_;
+    }
+    auto result = session_.consume(input);
+    server_->counters.requests += result.requests;
+    if (!result.error.empty()) {
+      flush();
+      close(result.error);
+      return;
+    }
+    keep_partial(input, result.consumed);
+    if (closed_) return;
+    flush();
+    if (closed_) return;
+    if (session_.output().size() + writing_.size() > server_->options.max_output_bytes) {
+      close("not reading its replies (" + std::to_string(session_.output().size()) + " bytes queued)");
+      return;
+    }
+    if (!write_in_flight_ || session_.output().size() < kPauseReadingAt) wait_readable();
+  }
+
+  // Keeps the bytes of an incomplete request for the next read; arms the slow-client deadline.
+  void keep_partial(std::span<const uint8_t> input, size_t consumed) {
+    if (consumed == input.size()) {
+      pending_.clear();
+      pending_.shrink_to_fit();
+      if (timer_armed_) {
+        timer_armed_ = false;
+        timer_.cancel();
+      }
+      return;
+    }
+    if (input.data() == pending_.data()) {
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(consumed));
+    } else {
+      pending_.assign(input.begin() + static_cast<ptrdiff_t>(consumed), input.end());
+    }
+    if (!timer_armed_) {
+      timer_armed_ = true;
+      timer_.expires_after(server_->options.request_timeout);
+      timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || !self->timer_armed_) return;
+        self->timer_armed_ = false;
+        self->close("request not completed within " +
+                    std::to_string(self->server_->options.request_timeout.count()) + " ms (" +
+                    std::to_string(self->pending_.size()) + " bytes received)");
+      });
+    }
+  }
+
+  void flush() {
+    if (write_in_flight_ || closed_ || session_.output().empty()) return;
+    write_in_flight_ = true;
+    writing_.swap(session_.output());
+    asio::async_write(socket_, asio::buffer(writing_),
+                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                        self->write_in_flight_ = false;
+                        self->writing_.clear();
+                        if (ec) {
+                          if (ec != asio::error::operation_aborted) self->close("");
+                          return;
+                        }
+                        self->flush();
+                        self->wait_readable();
+                      });
+  }
+
+  std::shared_ptr<Impl> server_;
+  tcp::socket socket_;
+  std::string peer_;
+  asio::steady_timer timer_;
+  StoreSession session_;
+  std::vector<uint8_t> pending_;
+  std::string writing_;
+  bool reading_ = false;
+  bool write_in_flight_ = false;
+  bool timer_armed_ = false;
+  bool closed_ = false;
+};
+
+void StoreServer::Impl::bind() {
+  const std::string& host = options.host;
+  std::vector<tcp::endpoint> candidates;
+  if (host.empty() || host == "::" || host == "*") {
+    candidates.emplace_back(asio::ip::address_v6::any(), options.port);
+    candidates.emplace_back(asio::ip::address_v4::any(), options.port);
+  } else {
+    boost::system::error_code ec;
+    tcp::resolver resolver(io);
+    auto results = resolver.resolve(host, std::to_string(options.port),
+                                    tcp::resolver::passive | tcp::resolver::address_configured, ec);
+    if (ec || results.empty()) {
+      throw BindError("cannot listen on " + format_endpoint(host, options.port) + ": cannot resolve '" +
+                      host + "' (" + ec.message() + "); give an address of this machine");
+    }
+    for (const auto& r : results) candidates.push_back(r.endpoint());
+  }
+  boost::system::error_code last;
+  for (const auto& ep : candidates) {
+    boost::system::error_code ec;
+    acceptor.open(ep.protocol(), ec);
+    if (ec) {
+      last = ec;
+      continue;
+    }
+    if (ep.address().is_v6() && ep.address().is_unspecified()) {
+      acceptor.set_option(asio::ip::v6_only(false), ec);
+    }
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(options.backlog, ec);
+    if (!ec) return;
+    last = ec;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    if (ec == asio::error::address_in_use) break;  // the same port on the fallback would fail too
+  }
+  std::string hint = last == asio::error::address_in_use
+                         ? "another process (a store, ddprun or torchrun) holds the port; pick another port "
+                           "or use port 0"
+                         : "check that the address belongs to this machine";
+  throw BindError("cannot listen on " + format_endpoint(host.empty() ? "::" : host, options.port) + ": " +
+                  last.message() + "; " + hint);
+}
+
+void StoreServer::Impl::refuse(tcp::socket socket) {
+  ++counters.refused;
+  ++refusals_since_log;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_refusal_log > std::chrono::seconds(1)) {
+    spdlog::warn("store: refused {} connection(s): {} connections open, the limit is {}", refusals_since_log,
+                 connections.size(), options.max_connections);
+    last_refusal_log = now;
+    refusals_since_log = 0;
+  }
+  boost::system::error_code ignored;
+  socket.close(ignored);
+}
+
+void StoreServer::Impl::accept() {
+  acceptor.async_accept([keep = self.lock(), this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (stopped) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of file descriptors or similar: say so, back off briefly, keep serving existing clients.
+      spdlog::error("store: accept failed: {}; retrying in 100 ms", ec.message());
+      retry_timer.expires_after(std::chrono::milliseconds(100));
+      retry_timer.async_wait([keep, this](const boost::system::error_code& tec) {
+        if (!tec && !stopped) accept();
+      });
+      return;
+    }
+    if (connections.size() >= options.max_connections) {
+      refuse(std::move(socket));
+    } else {
+      boost::system::error_code pec;
+      auto remote = socket.remote_endpoint(pec);
+      std::string peer = pec ? std::string("unknown peer") : describe(remote);
+      ++counters.accepted;
+      auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer));
+      connections.insert(conn);
+      conn->start();
+    }
+    accept();
+  });
+}
+
+StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {
+  impl_->self = impl_;
+  impl_->bind();
+  impl_->accept();
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+uint16_t StoreServer::port() const {
+  boost::system::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+std::string StoreServer::local_endpoint() const {
+  boost::system::error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? std::string("(closed)") : describe(ep);
+}
+
+void StoreServer::stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  boost::system::error_code ignored;
+  impl_->acceptor.close(ignored);
+  impl_->retry_timer.cancel();
+  auto connections = impl_->connections;  // close() erases from the set
+  for (auto& c : connections) c->close("");
+}
+
+StoreServerStats StoreServer::stats() const {
+  StoreServerStats s = impl_->counters;
+  s.connections = impl_->connections.size();
+  s.keys = impl_->state.num_keys();
+  s.pending_waits = impl_->state.pending_waits();
+  s.stored_bytes = impl_->state.stored_bytes();
+  return s;
+}
+
+// ---- StoreServerThread -----------------------------------------------------------------------------------
+
+StoreServerThread::StoreServerThread(StoreServerOptions options) {
+  server_ = std::make_unique<StoreServer>(io_, std::move(options));
+  port_ = server_->port();
+  endpoint_ = server_->local_endpoint();
+  thread_ = std::thread([this] {
+    auto guard = asio::make_work_guard(io_);
+    io_.run();
+  });
+}
+
+StoreServerThread::~StoreServerThread() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+void StoreServerThread::stop() {
+  if (io_.stopped()) return;
+  std::promise<void> done;
+  auto fut = done.get_future();
+  asio::post(io_, [&] {
+    server_->stop();
+    done.set_value();
+  });
+  fut.wait();
+  io_.stop();
+}
+
+StoreServerStats StoreServerThread::stats() {
+  if (io_.stopped()) return server_->stats();
+  std::promise<StoreServerStats> p;
+  auto fut = p.get_future();
+  asio::post(io_, [&] { p.set_value(server_->stats()); });
+  return fut.get();
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,95 @@
+// StoreServer: the rendezvous store as a TCP server speaking PyTorch's TCPStore protocol.
+//
+// Event-driven on one boost::asio::io_context: no thread per client; all state is touched only from the
+// io_context's thread, so nothing is locked. Idle connections hold no read buffer (a readiness wait plus
+// a shared scratch buffer), which is how one server holds tens of thousands of them.
+//
+// Protection: a client that sends garbage, an unknown command, a length over the limits, a request that
+// does not complete within `request_timeout`, or that stops reading while its replies pile up past
+// `max_output_bytes`, is dropped with one log line; every other client keeps being served and no stored
+// data is lost. Connections beyond `max_connections` are closed at accept.
+//
+// Threads: construct, stop() and stats() on the io_context's thread (or before it runs). Use
+// StoreServerThread for a server with a thread of its own.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/wire_codec.h"
+
+namespace ddprun::rdzv {
+
+struct StoreServerOptions {
+  // Address to bind: "" or "::" = every interface (IPv6 dual-stack, falling back to 0.0.0.0), or a host
+  // name / IPv4 / IPv6 literal. Port 0 picks a free port (see StoreServer::port()).
+  std::string host;
+  uint16_t port = 0;
+  WireLimits limits;
+  std::optional<Dialect> dialect;  // nullopt: detect per connection
+  size_t max_connections = 200000;
+  size_t max_output_bytes = 256 * 1024 * 1024;  // unread replies per connection
+  std::chrono::milliseconds request_timeout{30000};
+  int backlog = 4096;
+};
+
+struct StoreServerStats {
+  size_t connections = 0;
+  uint64_t accepted = 0;
+  uint64_t refused = 0;  // closed at accept: over max_connections
+  uint64_t dropped = 0;  // closed for misbehaviour
+  uint64_t requests = 0;
+  int64_t keys = 0;
+  size_t pending_waits = 0;
+  size_t stored_bytes = 0;
+};
+
+class StoreServer {
+ public:
+  // Binds and listens before returning; throws BindError naming addr:port and what to do.
+  StoreServer(boost::asio::io_context& io, StoreServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  uint16_t port() const;
+  // The bound address as "addr:port" (e.g. "[::]:29500").
+  std::string local_endpoint() const;
+  // Closes the listening socket and every connection. Idempotent.
+  void stop();
+  StoreServerStats stats() const;
+
+ private:
+  class Impl;
+  class Connection;
+  std::shared_ptr<Impl> impl_;
+};
+
+// A StoreServer running on a thread of its own. Thread-safe: every method may be called from any thread.
+class StoreServerThread {
+ public:
+  explicit StoreServerThread(StoreServerOptions options);  // throws BindError
+  ~StoreServerThread();                                    // stops and joins
+  StoreServerThread(const StoreServerThread&) = delete;
+  StoreServerThread& operator=(const StoreServerThread&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string local_endpoint() const { return endpoint_; }
+  StoreServerStats stats();
+  void stop();
+
+ private:
+  boost::asio::io_context io_;
+  std::unique_ptr<StoreServer> server_;
+  uint16_t port_ = 0;
+  std::string endpoint_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::rdzv

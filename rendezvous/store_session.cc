@@ -1,0 +1,140 @@
+#include "rendezvous/store_session.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace ddprun::rdzv {
+
+StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optional<Dialect> dialect,
+                           std::function<void()> on_async_output)
+    : state_(state), parser_(limits, dialect), on_async_output_(std::move(on_async_output)) {}
+
+StoreSession::~StoreSession() {
+  for (auto id : waits_) state_.cancel_wait(id);
+  for (auto id : watches_) state_.unwatch(id);
+}
+
+StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input) {
+  ConsumeResult result;
+  while (result.consumed < input.size()) {
+    ParseResult parsed = parser_.parse(input.subspan(result.consumed), scratch_);
+    if (parsed.status == ParseStatus::kNeedMore) break;
+    if (parsed.status == ParseStatus::kError) {
+      result.error = std::move(parsed.error);
+      break;
+    }
+    result.consumed += parsed.consumed;
+    ++result.requests;
+    if (std::string err = handle(scratch_); !err.empty()) {
+      result.error = std::move(err);
+      break;
+    }
+  }
+  return result;
+}
+
+void StoreSession::handle_wait(const std::vector<std::string>& keys) {
+  // The id is only known after wait() returns, so the callback finds itself through a shared slot.
+  auto self_id = std::make_shared<KeyValueState::HandleId>(0);
+  auto id = state_.wait(keys, [this, self_id] {
+    std::erase(waits_, *self_id);
+    WireWriter(out_).u8(kWaitStopWaiting);
+    if (on_async_output_) on_async_output_();
+  });
+  if (!id) {
+    WireWriter(out_).u8(kWaitStopWaiting);
+    return;
+  }
+  *self_id = *id;
+  waits_.push_back(*id);
+}
+
+std::string StoreSession::handle(Request& req) {
+  WireWriter w(out_);
+  switch (req.op) {
+    case Op::kValidate:
+      break;  // the parser checked the magic; no reply
+    case Op::kPing:
+      w.u32(req.number);
+      break;
+    case Op::kSet:
+      state_.set(req.keys[0], std::move(req.values[0]));
+      break;
+    case Op::kCompareSet:
+      w.bytes(state_.compare_set(req.keys[0], req.values[0], std::move(req.values[1])));
+      break;
+    case Op::kGet: {
+      // Clients WAIT before GET; a GET of a missing key gets an empty value to keep the stream in step.
+      const std::string* v = state_.get(req.keys[0]);
+      w.bytes(v ? std::string_view(*v) : std::string_view());
+      break;
+    }
+    case Op::kAdd: {
+      auto v = state_.add(req.keys[0], req.delta);
+      if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
+      w.i64(*v);
+      break;
+    }
+    case Op::kCheck:
+      w.u8(state_.check(req.keys) ? kCheckReady : kCheckNotReady);
+      break;
+    case Op::kWait:
+      handle_wait(req.keys);
+      break;
+    case Op::kGetNumKeys:
+      w.i64(state_.num_keys());
+      break;
+    case Op::kDeleteKey:
+      w.i64(state_.remove(req.keys[0]) ? 1 : 0);
+      break;
+    case Op::kAppend:
+      state_.append(req.keys[0], req.values[0]);
+      break;
+    case Op::kMultiGet:
+      for (const auto& k : req.keys) {
+        const std::string* v = state_.get(k);
+        w.bytes(v ? std::string_view(*v) : std::string_view());
+      }
+      break;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < req.keys.size(); ++i) state_.set(req.keys[i], std::move(req.values[i]));
+      break;
+    case Op::kCancelWait:
+      // Cancels every pending WAIT of this connection. A WAIT that already fired sent its 0 before.
+      for (auto id : waits_) state_.cancel_wait(id);
+      waits_.clear();
+      w.u8(kWaitCanceled);
+      break;
+    case Op::kQueuePush:
+      state_.queue_push(req.keys[0], std::move(req.values[0]));
+      break;
+    case Op::kQueuePop: {
+      auto v = state_.queue_pop(req.keys[0]);
+      w.i64(v ? 1 : 0);
+      if (v) w.bytes(*v);
+      break;
+    }
+    case Op::kQueueLen:
+      w.i64(state_.queue_len(req.keys[0]));
+      break;
+    case Op::kWatchKey: {
+      // Legacy callback connection: acknowledge, then push every change of the key.
+      auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
+                                                  const std::string* old_value,
+                                                  const std::string* new_value) {
+        WireWriter ww(out_);
+        ww.u8(static_cast<uint8_t>(event));
+        ww.bytes(key);
+        ww.bytes(old_value ? std::string_view(*old_value) : std::string_view());
+        ww.bytes(new_value ? std::string_view(*new_value) : std::string_view());
+        if (on_async_output_) on_async_output_();
+      });
+      watches_.push_back(id);
+      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+      break;
+    }
+  }
+  return {};
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,60 @@
+// One client's conversation with the store: request bytes in, reply bytes out.
+//
+// Pure protocol logic with no sockets, so the server, the tests and the fuzzer share it. Single-threaded:
+// the session and its KeyValueState must only be touched from one thread (the server's io_context).
+// Ownership: the session references `state` and must not outlive it; its destructor cancels the session's
+// pending waits and watches, so a vanished client leaves nothing behind.
+//
+// Replies accumulate in output(). Most are produced by consume(); WAIT and WATCH_KEY replies can also be
+// produced later, when another session writes a key: then `on_async_output` is called so the owner can
+// start a write. A session never blocks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rendezvous/key_value_state.h"
+#include "rendezvous/wire_codec.h"
+
+namespace ddprun::rdzv {
+
+class StoreSession {
+ public:
+  StoreSession(KeyValueState& state, WireLimits limits, std::optional<Dialect> dialect,
+               std::function<void()> on_async_output);
+  ~StoreSession();
+  StoreSession(const StoreSession&) = delete;
+  StoreSession& operator=(const StoreSession&) = delete;
+
+  struct ConsumeResult {
+    size_t consumed = 0;      // bytes of input used by whole requests; the rest must be kept for later
+    size_t requests = 0;      // how many requests were handled
+    std::string error;        // non-empty: the client is broken and must be dropped (message says why)
+  };
+  // Handles every whole request at the front of `input`.
+  ConsumeResult consume(std::span<const uint8_t> input);
+
+  // Pending reply bytes. The owner moves them out (swap) when it writes.
+  std::string& output() { return out_; }
+  std::optional<Dialect> dialect() const { return parser_.dialect(); }
+  size_t pending_waits() const { return waits_.size(); }
+
+ private:
+  // Returns an error message when the request cannot be served; empty on success.
+  std::string handle(Request& req);
+  void handle_wait(const std::vector<std::string>& keys);
+
+  KeyValueState& state_;
+  RequestParser parser_;
+  std::function<void()> on_async_output_;
+  std::string out_;
+  Request scratch_;
+  std::vector<KeyValueState::HandleId> waits_;    // pending WAITs, oldest first
+  std::vector<KeyValueState::HandleId> watches_;  // legacy WATCH_KEY registrations
+};
+
+}  // namespace ddprun::rdzv

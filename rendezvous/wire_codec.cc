@@ -1,0 +1,337 @@
+#include "rendezvous/wire_codec.h"
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+
+namespace ddprun::rdzv {
+namespace {
+
+constexpr uint8_t kNone = 0xFF;
+
+// Byte of each Op (indexed by Op) per dialect; kNone where the dialect lacks the op.
+constexpr std::array<uint8_t, 18> kLegacyBytes = {
+    /*Validate*/ kNone, /*Set*/ 0, /*CompareSet*/ 1, /*Get*/ 2, /*Add*/ 3, /*Check*/ 4, /*Wait*/ 5,
+    /*GetNumKeys*/ 6, /*WatchKey*/ 7, /*DeleteKey*/ 8, /*Append*/ kNone, /*MultiGet*/ kNone,
+    /*MultiSet*/ kNone, /*CancelWait*/ kNone, /*Ping*/ kNone, /*QueuePush*/ kNone, /*QueuePop*/ kNone,
+    /*QueueLen*/ kNone};
+constexpr std::array<uint8_t, 18> kMid2023Bytes = {
+    kNone, 0, 1, 2, 3, 4, 5, 6, /*WatchKey*/ kNone, /*DeleteKey*/ 7, /*Append*/ 8, /*MultiGet*/ 9,
+    /*MultiSet*/ 10, /*CancelWait*/ 11, kNone, kNone, kNone, kNone};
+constexpr std::array<uint8_t, 18> kModernBytes = {
+    /*Validate*/ 0, 1, 2, 3, 4, 5, 6, 7, /*WatchKey*/ kNone, /*DeleteKey*/ 8, /*Append*/ 9, /*MultiGet*/ 10,
+    /*MultiSet*/ 11, /*CancelWait*/ 12, /*Ping*/ 13, /*QueuePush*/ 14, /*QueuePop*/ 15, /*QueueLen*/ 16};
+
+const std::array<uint8_t, 18>& table(Dialect d) {
+  switch (d) {
+    case Dialect::kLegacy:
+      return kLegacyBytes;
+    case Dialect::kMid2023:
+      return kMid2023Bytes;
+    case Dialect::kModern:
+      break;
+  }
+  return kModernBytes;
+}
+
+}  // namespace
+
+std::string_view dialect_name(Dialect d) {
+  switch (d) {
+    case Dialect::kLegacy:
+      return "legacy";
+    case Dialect::kMid2023:
+      return "mid2023";
+    case Dialect::kModern:
+      break;
+  }
+  return "modern";
+}
+
+std::optional<Dialect> parse_dialect(std::string_view name) {
+  for (Dialect d : {Dialect::kLegacy, Dialect::kMid2023, Dialect::kModern}) {
+    if (dialect_name(d) == name) return d;
+  }
+  return std::nullopt;
+}
+
+std::string_view op_name(Op op) {
+  static constexpr std::array<std::string_view, 18> kNames = {
+      "VALIDATE",   "SET",       "COMPARE_SET", "GET",         "ADD",  "CHECK",
+      "WAIT",       "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND", "MULTI_GET",
+      "MULTI_SET",  "CANCEL_WAIT", "PING",      "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN"};
+  return kNames[static_cast<size_t>(op)];
+}
+
+std::optional<Op> op_from_byte(Dialect d, uint8_t byte) {
+  const auto& t = table(d);
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == byte) return static_cast<Op>(i);
+  }
+  return std::nullopt;
+}
+
+std::optional<uint8_t> op_to_byte(Dialect d, Op op) {
+  uint8_t b = table(d)[static_cast<size_t>(op)];
+  if (b == kNone) return std::nullopt;
+  return b;
+}
+
+// ---- WireReader ------------------------------------------------------------------------------------------
+
+bool WireReader::u8(uint8_t& v) {
+  if (remaining() < 1) return false;
+  v = in_[pos_++];
+  return true;
+}
+
+bool WireReader::u32(uint32_t& v) {
+  if (remaining() < sizeof v) return false;
+  std::memcpy(&v, in_.data() + pos_, sizeof v);
+  pos_ += sizeof v;
+  return true;
+}
+
+bool WireReader::u64(uint64_t& v) {
+  if (remaining() < sizeof v) return false;
+  std::memcpy(&v, in_.data() + pos_, sizeof v);
+  pos_ += sizeof v;
+  return true;
+}
+
+bool WireReader::peek_u64(uint64_t& v) const {
+  if (remaining() < sizeof v) return false;
+  std::memcpy(&v, in_.data() + pos_, sizeof v);
+  return true;
+}
+
+bool WireReader::i64(int64_t& v) {
+  uint64_t u = 0;
+  if (!u64(u)) return false;
+  v = static_cast<int64_t>(u);
+  return true;
+}
+
+WireReader::BytesStatus WireReader::bytes(std::string& v, size_t max_len) {
+  size_t start = pos_;
+  uint64_t len = 0;
+  if (!u64(len)) return BytesStatus::kShort;
+  if (len > max_len) {
+    pos_ = start;
+    return BytesStatus::kTooLong;
+  }
+  if (remaining() < len) {
+    pos_ = start;
+    return BytesStatus::kShort;
+  }
+  v.assign(reinterpret_cast<const char*>(in_.data() + pos_), len);
+  pos_ += len;
+  return BytesStatus::kOk;
+}
+
+// ---- dialect detection -----------------------------------------------------------------------------------
+
+std::optional<Dialect> detect_dialect(std::span<const uint8_t> first) {
+  if (first.empty()) return std::nullopt;
+  uint8_t b = first[0];
+  if (b == 0) {
+    // VALIDATE (modern) and SET (legacy, mid-2023) share byte 0. A legacy SET continues with a u64 key
+    // length whose low 4 bytes would have to be the magic: a key over 1 GB, which no client sends.
+    if (first.size() < 5) return std::nullopt;
+    uint32_t magic = 0;
+    std::memcpy(&magic, first.data() + 1, sizeof magic);
+    return magic == kValidationMagic ? Dialect::kModern : Dialect::kLegacy;
+  }
+  if (b >= 9 && b <= 11) return Dialect::kMid2023;
+  return Dialect::kLegacy;
+}
+
+// ---- RequestParser ---------------------------------------------------------------------------------------
+
+RequestParser::RequestParser(WireLimits limits, std::optional<Dialect> forced)
+    : limits_(limits), dialect_(forced) {}
+
+namespace {
+
+// Parses the fields of one request after its command byte. Shared by every dialect: the field layout of
+// an op never changed, only its byte did.
+class FieldParser {
+ public:
+  FieldParser(WireReader& r, const WireLimits& limits, Request& out, ParseResult& result)
+      : r_(r), limits_(limits), out_(out), result_(result) {}
+
+  // Returns false when parsing stopped (need more, or error; result_ says which).
+  bool key() { return string(out_.keys.emplace_back(), limits_.max_key_bytes, "key"); }
+  bool value() { return string(out_.values.emplace_back(), limits_.max_value_bytes, "value"); }
+  bool count(uint64_t& n) {
+    if (!r_.u64(n)) return need_more();
+    if (n > limits_.max_keys_per_request) {
+      return error("key count " + std::to_string(static_cast<int64_t>(n)) + " exceeds the limit of " +
+                   std::to_string(limits_.max_keys_per_request));
+    }
+    return true;
+  }
+  bool i64(int64_t& v) { return r_.i64(v) || need_more(); }
+  bool u32(uint32_t& v) { return r_.u32(v) || need_more(); }
+ private:
+  bool string(std::string& s, size_t max, const char* what) {
+    uint64_t len = 0;
+    if (!r_.peek_u64(len)) return need_more();
+    if (len > max) {
+      return error(std::string(what) + " length " + std::to_string(len) + " exceeds the limit of " +
+                   std::to_string(max) + " bytes");
+    }
+    // Refuse a request whose declared sizes add up past the limit before buffering its payload.
+    if (r_.position() + sizeof(uint64_t) + len > limits_.max_request_bytes) {
+      return error("request larger than the limit of " + std::to_string(limits_.max_request_bytes) +
+                   " bytes");
+    }
+    return r_.bytes(s, max) == WireReader::BytesStatus::kOk || need_more();
+  }
+  bool need_more() {
+    result_.status = ParseStatus::kNeedMore;
+    return false;
+  }
+  bool error(std::string msg) {
+    result_.status = ParseStatus::kError;
+    result_.error = std::move(msg);
+    return false;
+  }
+
+  WireReader& r_;
+  const WireLimits& limits_;
+  Request& out_;
+  ParseResult& result_;
+};
+
+bool parse_fields(Op op, FieldParser& f, Request& out) {
+  uint64_t n = 0;
+  switch (op) {
+    case Op::kValidate:
+    case Op::kPing:
+      return f.u32(out.number);
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+      return f.key() && f.value();
+    case Op::kCompareSet:
+      return f.key() && f.value() && f.value();
+    case Op::kGet:
+    case Op::kDeleteKey:
+    case Op::kWatchKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+      return f.key();
+    case Op::kAdd:
+      return f.key() && f.i64(out.delta);
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      if (!f.count(n)) return false;
+      for (uint64_t i = 0; i < n; ++i) {
+        if (!f.key()) return false;
+      }
+      return true;
+    case Op::kMultiSet:
+      // MULTI_SET's count is an i64 on the wire; a negative one reads as a huge u64 and is refused.
+      if (!f.count(n)) return false;
+      for (uint64_t i = 0; i < n; ++i) {
+        if (!f.key() || !f.value()) return false;
+      }
+      return true;
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+      return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+ParseResult RequestParser::parse(std::span<const uint8_t> input, Request& out) {
+  ParseResult result;
+  if (!dialect_) {
+    dialect_ = detect_dialect(input);
+    if (!dialect_) return result;  // kNeedMore
+  }
+  WireReader r(input);
+  uint8_t byte = 0;
+  if (!r.u8(byte)) return result;
+  auto op = op_from_byte(*dialect_, byte);
+  if (!op) {
+    result.status = ParseStatus::kError;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", byte);
+    result.error = "unknown command byte " + std::string(hex) + " for the " +
+                   std::string(dialect_name(*dialect_)) + " dialect";
+    return result;
+  }
+  out = Request{};
+  out.op = *op;
+  result.status = ParseStatus::kDone;
+  FieldParser fields(r, limits_, out, result);
+  if (!parse_fields(*op, fields, out)) return result;
+  if (*op == Op::kValidate && out.number != kValidationMagic) {
+    result.status = ParseStatus::kError;
+    result.error = "VALIDATE with a wrong magic number";
+    return result;
+  }
+  result.consumed = r.position();
+  return result;
+}
+
+// ---- client side -----------------------------------------------------------------------------------------
+
+bool encode_request(Dialect d, const Request& req, std::string& out) {
+  auto byte = op_to_byte(d, req.op);
+  if (!byte) return false;
+  WireWriter w(out);
+  w.u8(*byte);
+  switch (req.op) {
+    case Op::kValidate:
+    case Op::kPing:
+      w.u32(req.number);
+      break;
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+      w.bytes(req.keys.at(0));
+      w.bytes(req.values.at(0));
+      break;
+    case Op::kCompareSet:
+      w.bytes(req.keys.at(0));
+      w.bytes(req.values.at(0));
+      w.bytes(req.values.at(1));
+      break;
+    case Op::kGet:
+    case Op::kDeleteKey:
+    case Op::kWatchKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+      w.bytes(req.keys.at(0));
+      break;
+    case Op::kAdd:
+      w.bytes(req.keys.at(0));
+      w.i64(req.delta);
+      break;
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      w.u64(req.keys.size());
+      for (const auto& k : req.keys) w.bytes(k);
+      break;
+    case Op::kMultiSet:
+      w.i64(static_cast<int64_t>(req.keys.size()));
+      for (size_t i = 0; i < req.keys.size(); ++i) {
+        w.bytes(req.keys[i]);
+        w.bytes(req.values.at(i));
+      }
+      break;
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+      break;
+  }
+  return true;
+}
+
+}  // namespace ddprun::rdzv

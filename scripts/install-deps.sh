@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything ddprun needs to build, test and benchmark, from Debian packages only.
+# Idempotent: packages already present are skipped by apt-get; safe to run again.
+#   scripts/install-deps.sh            build + test dependencies
+#   DDPRUN_DEPS_SLURM=1 scripts/install-deps.sh   also Slurm and munge (cluster tests)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libboost-dev libboost-filesystem-dev libboost-system-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
+  libtorch-dev python3-torch
+  clang libclang-rt-14-dev
+  iproute2 procps psmisc
+)
+if [[ "${DDPRUN_DEPS_SLURM:-0}" == 1 ]]; then
+  packages+=(slurm-wlm munge)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
