@@ -74,7 +74,7 @@ std::string KeyValueState::compare_set(const std::string& key, const std::string
     return now;
   }
   if (it->second == expected) {
-    std::string old = std::move(it->second);
+    std::string old = it->second;  // a copy: store() subtracts the old value's size from stored_bytes_
     store(key, std::move(desired));
     const std::string& now = values_.at(key);
     written(key, WatchEvent::kKeyUpdated, &old, &now);
@@ -116,7 +116,7 @@ void KeyValueState::queue_push(const std::string& key, std::string value) {
   auto& q = queues_[key];
   stored_bytes_ += value.size() + (q.empty() ? key.size() : 0);
   q.push_back(std::move(value));
-  written(key, WatchEvent::kKeyUpdated, nullptr, &q.back());
+  written(key, WatchEvent::kKeyUpdated, nullptr, &q.back(), /*wake_one=*/true);
 }
 
 std::optional<std::string> KeyValueState::queue_pop(const std::string& key) {
@@ -130,6 +130,13 @@ std::optional<std::string> KeyValueState::queue_pop(const std::string& key) {
     queues_.erase(it);
   }
   return v;
+}
+
+std::vector<std::string> KeyValueState::list_keys() const {
+  std::vector<std::string> keys;
+  keys.reserve(values_.size());
+  for (const auto& [k, v] : values_) keys.push_back(k);
+  return keys;
 }
 
 int64_t KeyValueState::queue_len(const std::string& key) const {
@@ -175,19 +182,21 @@ void KeyValueState::unwatch(HandleId id) {
 }
 
 void KeyValueState::written(const std::string& key, WatchEvent event, const std::string* old_value,
-                            const std::string* new_value) {
+                            const std::string* new_value, bool wake_one) {
   if (auto it = waiters_by_key_.find(key); it != waiters_by_key_.end()) {
     std::vector<HandleId> ids = std::move(it->second);
     waiters_by_key_.erase(it);
     std::vector<ReadyFn> ready;
-    for (HandleId id : ids) {
-      auto w = waiters_.find(id);
+    size_t i = 0;
+    for (; i < ids.size() && !(wake_one && !ready.empty()); ++i) {
+      auto w = waiters_.find(ids[i]);
       if (w == waiters_.end()) continue;  // cancelled
       if (--w->second.missing == 0) {
         ready.push_back(std::move(w->second.on_ready));
         waiters_.erase(w);
       }
     }
+    if (i < ids.size()) waiters_by_key_[key].assign(ids.begin() + static_cast<ptrdiff_t>(i), ids.end());
     for (auto& fn : ready) fn();
   }
   notify_watchers(key, event, old_value, new_value);

@@ -49,10 +49,11 @@ class KeyValueState {
   bool check(const std::vector<std::string>& keys) const;
   bool remove(const std::string& key);
   int64_t num_keys() const { return static_cast<int64_t>(values_.size()); }
+  std::vector<std::string> list_keys() const;
   void append(const std::string& key, std::string_view value);
 
-  // Queues (modern QUEUE_PUSH/POP/LEN) live beside the keys: a push also wakes WAITs on the queue's key,
-  // so that a blocking pop can wait for it.
+  // Queues (modern QUEUE_PUSH/POP/LEN) live beside the keys. WAIT and CHECK count a non-empty queue as
+  // present; a push wakes one waiter of the queue's key (the one that will pop it), as torch's libuv server.
   void queue_push(const std::string& key, std::string value);
   std::optional<std::string> queue_pop(const std::string& key);
   int64_t queue_len(const std::string& key) const;
@@ -82,7 +83,7 @@ class KeyValueState {
 
   // Runs after every write of `key`: wakes waiters, notifies watchers.
   void written(const std::string& key, WatchEvent event, const std::string* old_value,
-               const std::string* new_value);
+               const std::string* new_value, bool wake_one = false);
   void deleted(const std::string& key, const std::string& old_value);
   void notify_watchers(const std::string& key, WatchEvent event, const std::string* old_value,
                        const std::string* new_value);

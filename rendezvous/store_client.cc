@@ -48,7 +48,7 @@ class StoreClient::Connection {
           ec = e;
           done = true;
         });
-        run_until(done, deadline);
+        run_until(done, ec, deadline);
         if (!done) {
           last_error = "connect timed out";
         } else if (!ec) {
@@ -74,7 +74,7 @@ class StoreClient::Connection {
       ec = e;
       done = true;
     });
-    run_until(done, deadline);
+    run_until(done, ec, deadline);
     if (!done) {
       broken_ = true;
       throw TimeoutError(std::string(what) + ": sending to the store at " + endpoint_ + " timed out");
@@ -148,7 +148,7 @@ class StoreClient::Connection {
                               n = got;
                               done = true;
                             });
-    run_until(done, deadline);
+    run_until(done, ec, deadline);
     if (!done) {
       (void)may_time_out;
       return false;
@@ -159,8 +159,9 @@ class StoreClient::Connection {
   }
 
   // Runs the io_context until `done` or the deadline; on the deadline cancels the operation and waits for
-  // its handler, so nothing refers to stack variables afterwards.
-  void run_until(bool& done, Clock::time_point deadline) {
+  // its handler, so nothing refers to stack variables afterwards. `done` is false afterwards when the
+  // deadline passed (the handler then ran with operation_aborted, which is not a lost connection).
+  void run_until(bool& done, const boost::system::error_code& ec, Clock::time_point deadline) {
     io_.restart();
     io_.run_until(deadline);
     if (!done) {
@@ -169,8 +170,7 @@ class StoreClient::Connection {
       io_.restart();
       io_.run();
       // The operation may have completed just before the cancel took effect.
-      if (done) return;
-      done = false;
+      if (ec == asio::error::operation_aborted) done = false;
     }
   }
 
@@ -426,8 +426,8 @@ std::optional<std::string> StoreClient::queue_pop(std::string_view key, bool blo
   if (block) wait_locked({k}, timeout);
   auto deadline = deadline_after(this->timeout());
   auto& c = send(Request{.op = Op::kQueuePop, .keys = {k}}, deadline);
-  auto n = c.read_value<int64_t>(deadline, describe(Op::kQueuePop, key));
-  if (n == 0) return std::nullopt;
+  auto n = c.read_value<int64_t>(deadline, describe(Op::kQueuePop, key));  // length before the pop
+  if (n <= 0) return std::nullopt;
   return c.read_bytes(options_.limits.max_value_bytes, deadline, describe(Op::kQueuePop, key));
 }
 

@@ -109,9 +109,15 @@ std::string StoreSession::handle(Request& req) {
       state_.queue_push(req.keys[0], std::move(req.values[0]));
       break;
     case Op::kQueuePop: {
-      auto v = state_.queue_pop(req.keys[0]);
-      w.i64(v ? 1 : 0);
-      if (v) w.bytes(*v);
+      // Reply: the queue's length before the pop, then the element when there was one.
+      w.i64(state_.queue_len(req.keys[0]));
+      if (auto v = state_.queue_pop(req.keys[0])) w.bytes(*v);
+      break;
+    }
+    case Op::kListKeys: {
+      auto keys = state_.list_keys();
+      w.i64(static_cast<int64_t>(keys.size()));
+      for (const auto& k : keys) w.bytes(k);
       break;
     }
     case Op::kQueueLen:

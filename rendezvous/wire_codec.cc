@@ -10,19 +10,20 @@ namespace {
 constexpr uint8_t kNone = 0xFF;
 
 // Byte of each Op (indexed by Op) per dialect; kNone where the dialect lacks the op.
-constexpr std::array<uint8_t, 18> kLegacyBytes = {
+constexpr std::array<uint8_t, 19> kLegacyBytes = {
     /*Validate*/ kNone, /*Set*/ 0, /*CompareSet*/ 1, /*Get*/ 2, /*Add*/ 3, /*Check*/ 4, /*Wait*/ 5,
     /*GetNumKeys*/ 6, /*WatchKey*/ 7, /*DeleteKey*/ 8, /*Append*/ kNone, /*MultiGet*/ kNone,
     /*MultiSet*/ kNone, /*CancelWait*/ kNone, /*Ping*/ kNone, /*QueuePush*/ kNone, /*QueuePop*/ kNone,
-    /*QueueLen*/ kNone};
-constexpr std::array<uint8_t, 18> kMid2023Bytes = {
+    /*QueueLen*/ kNone, /*ListKeys*/ kNone};
+constexpr std::array<uint8_t, 19> kMid2023Bytes = {
     kNone, 0, 1, 2, 3, 4, 5, 6, /*WatchKey*/ kNone, /*DeleteKey*/ 7, /*Append*/ 8, /*MultiGet*/ 9,
-    /*MultiSet*/ 10, /*CancelWait*/ 11, kNone, kNone, kNone, kNone};
-constexpr std::array<uint8_t, 18> kModernBytes = {
+    /*MultiSet*/ 10, /*CancelWait*/ 11, kNone, kNone, kNone, kNone, kNone};
+constexpr std::array<uint8_t, 19> kModernBytes = {
     /*Validate*/ 0, 1, 2, 3, 4, 5, 6, 7, /*WatchKey*/ kNone, /*DeleteKey*/ 8, /*Append*/ 9, /*MultiGet*/ 10,
-    /*MultiSet*/ 11, /*CancelWait*/ 12, /*Ping*/ 13, /*QueuePush*/ 14, /*QueuePop*/ 15, /*QueueLen*/ 16};
+    /*MultiSet*/ 11, /*CancelWait*/ 12, /*Ping*/ 13, /*QueuePush*/ 14, /*QueuePop*/ 15, /*QueueLen*/ 16,
+    /*ListKeys*/ 17};
 
-const std::array<uint8_t, 18>& table(Dialect d) {
+const std::array<uint8_t, 19>& table(Dialect d) {
   switch (d) {
     case Dialect::kLegacy:
       return kLegacyBytes;
@@ -56,14 +57,15 @@ std::optional<Dialect> parse_dialect(std::string_view name) {
 }
 
 std::string_view op_name(Op op) {
-  static constexpr std::array<std::string_view, 18> kNames = {
+  static constexpr std::array<std::string_view, 19> kNames = {
       "VALIDATE",   "SET",       "COMPARE_SET", "GET",         "ADD",  "CHECK",
       "WAIT",       "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND", "MULTI_GET",
-      "MULTI_SET",  "CANCEL_WAIT", "PING",      "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN"};
+      "MULTI_SET",  "CANCEL_WAIT", "PING",      "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN", "LIST"};
   return kNames[static_cast<size_t>(op)];
 }
 
 std::optional<Op> op_from_byte(Dialect d, uint8_t byte) {
+  if (byte == kNone) return std::nullopt;  // kNone marks absent ops in the tables
   const auto& t = table(d);
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i] == byte) return static_cast<Op>(i);
@@ -163,10 +165,12 @@ class FieldParser {
   // Returns false when parsing stopped (need more, or error; result_ says which).
   bool key() { return string(out_.keys.emplace_back(), limits_.max_key_bytes, "key"); }
   bool value() { return string(out_.values.emplace_back(), limits_.max_value_bytes, "value"); }
-  bool count(uint64_t& n) {
+  // `is_signed`: the count is an i64 on the wire (MULTI_SET), shown signed in the error.
+  bool count(uint64_t& n, bool is_signed = false) {
     if (!r_.u64(n)) return need_more();
     if (n > limits_.max_keys_per_request) {
-      return error("key count " + std::to_string(static_cast<int64_t>(n)) + " exceeds the limit of " +
+      std::string shown = is_signed ? std::to_string(static_cast<int64_t>(n)) : std::to_string(n);
+      return error("key count " + shown + " exceeds the limit of " +
                    std::to_string(limits_.max_keys_per_request));
     }
     return true;
@@ -234,13 +238,14 @@ bool parse_fields(Op op, FieldParser& f, Request& out) {
       return true;
     case Op::kMultiSet:
       // MULTI_SET's count is an i64 on the wire; a negative one reads as a huge u64 and is refused.
-      if (!f.count(n)) return false;
+      if (!f.count(n, /*is_signed=*/true)) return false;
       for (uint64_t i = 0; i < n; ++i) {
         if (!f.key() || !f.value()) return false;
       }
       return true;
     case Op::kGetNumKeys:
     case Op::kCancelWait:
+    case Op::kListKeys:
       return true;
   }
   return true;
@@ -329,6 +334,7 @@ bool encode_request(Dialect d, const Request& req, std::string& out) {
       break;
     case Op::kGetNumKeys:
     case Op::kCancelWait:
+    case Op::kListKeys:
       break;
   }
   return true;

@@ -23,7 +23,7 @@ namespace ddprun::rdzv {
 enum class Dialect : uint8_t {
   kLegacy,   // torch 1.13 and 2.0: SET 0 .. GETNUMKEYS 6, WATCH_KEY 7, DELETE_KEY 8
   kMid2023,  // torch main of mid-2023, no validation: DELETE_KEY 7, APPEND 8, MULTI_GET 9, MULTI_SET 10, CANCEL_WAIT 11
-  kModern,   // torch 2.x with validation: VALIDATE 0, SET 1, ... CANCEL_WAIT 12, PING 13, QUEUE_* 14..16
+  kModern,   // torch 2.x with validation: VALIDATE 0, SET 1, ... CANCEL_WAIT 12, PING 13, QUEUE_* 14..16, LIST 17
 };
 std::string_view dialect_name(Dialect d);
 std::optional<Dialect> parse_dialect(std::string_view name);  // "legacy", "mid2023", "modern"
@@ -48,6 +48,7 @@ enum class Op : uint8_t {
   kQueuePush,
   kQueuePop,
   kQueueLen,
+  kListKeys,
 };
 std::string_view op_name(Op op);
 std::optional<Op> op_from_byte(Dialect d, uint8_t byte);
@@ -68,7 +69,7 @@ enum class WatchEvent : uint8_t { kKeyUpdated = 0, kKeyCreated = 1, kKeyDeleted 
 struct WireLimits {
   size_t max_key_bytes = 64 * 1024;
   size_t max_value_bytes = 64 * 1024 * 1024;
-  size_t max_keys_per_request = 64 * 1024;            // CHECK, WAIT, MULTI_GET, MULTI_SET
+  size_t max_keys_per_request = 128 * 1024;           // CHECK, WAIT, MULTI_GET, MULTI_SET
   size_t max_request_bytes = 128 * 1024 * 1024 + 64;  // a whole request, all fields together
 };
 
@@ -77,7 +78,7 @@ struct WireLimits {
 //   COMPARE_SET: keys[0], values = {expected, desired} ADD: keys[0], delta
 //   CHECK, WAIT, MULTI_GET: keys                       MULTI_SET: keys, values (same length)
 //   VALIDATE: number (the magic)                        PING: number (the nonce)
-//   GETNUMKEYS, CANCEL_WAIT: nothing
+//   GETNUMKEYS, CANCEL_WAIT, LIST: nothing
 struct Request {
   Op op = Op::kGetNumKeys;
   std::vector<std::string> keys;

@@ -1,0 +1,488 @@
+#include "agent/elastic_agent.h"
+
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <condition_variable>
+#include <csignal>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "agent/failure_summary.h"
+#include "agent/log_layout.h"
+#include "agent/process_context.h"
+#include "rendezvous/store_error.h"
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using rdzv::RoundStop;
+
+namespace {
+
+struct Event {
+  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal } kind;
+  int local_rank = 0;
+  pid_t pid = 0;
+  ExitStatus status;
+  double time = 0;
+  RoundStop stop;
+  std::string error;
+  int signal = 0;
+};
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Events from the io thread and the watcher thread to the loop.
+class EventQueue {
+ public:
+  void push(Event e) {
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  // Waits for the next event until `deadline` (nullopt: forever). Returns false on the deadline.
+  bool pop(Event& out, std::optional<Clock::time_point> deadline) {
+    std::unique_lock lock(mu_);
+    auto ready = [&] { return !events_.empty(); };
+    if (deadline) {
+      if (!cv_.wait_until(lock, *deadline, ready)) return false;
+    } else {
+      cv_.wait(lock, ready);
+    }
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+std::string hostname() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+}  // namespace
+
+class ElasticAgent::Loop {
+ public:
+  Loop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous)
+      : config_(std::move(config)), rdzv_(std::move(rendezvous)), signals_(io_) {}
+
+  ~Loop() {
+    stop_watcher();
+    io_.stop();
+    if (io_thread_.joinable()) io_thread_.join();
+    procs_.reset();  // io is not running: kills and reaps anything left
+  }
+
+  int run();
+
+ private:
+  struct Round {
+    rdzv::RendezvousInfo info;
+    std::vector<WorkerLogPaths> paths;
+    std::vector<int> ranks;
+  };
+  enum class Outcome { kSucceeded, kRestart, kExit };
+
+  template <typename F>
+  auto on_io(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto fut = task.get_future();
+    asio::post(io_, [&task] { task(); });
+    return fut.get();
+  }
+
+  void start_io();
+  void arm_signals();
+  void start_watcher();
+  void stop_watcher();
+  std::vector<WorkerLaunch> launches(const Round& round);
+  Outcome supervise(const Round& round, int& exit_code);
+  WorkerFailure failure_of(const Round& round, const Event& e) const;
+  void begin_stop(int sig);
+
+  AgentConfig config_;
+  std::unique_ptr<rdzv::RendezvousHandler> rdzv_;
+  asio::io_context io_;
+  asio::signal_set signals_;
+  std::unique_ptr<ProcessContext> procs_;
+  std::thread io_thread_;
+  EventQueue events_;
+  std::thread watcher_;
+  std::atomic<bool> watcher_stop_{false};
+  std::atomic<bool> in_rendezvous_{false};
+  std::optional<LogLayout> layout_;
+  bool temp_log_dir_ = false;
+  int restart_count_ = 0;
+  bool ended_by_signal_ = false;  // a signal (here or on a peer) ended the job: leave the rendezvous open
+};
+
+void ElasticAgent::Loop::start_io() {
+  procs_ = std::make_unique<ProcessContext>(io_, [this](int local_rank, pid_t pid, ExitStatus status) {
+    events_.push(Event{.kind = Event::Kind::kWorkerExited,
+                       .local_rank = local_rank,
+                       .pid = pid,
+                       .status = status,
+                       .time = unix_now()});
+  });
+  for (int sig : config_.signals_to_handle) signals_.add(sig);
+  arm_signals();
+  io_thread_ = std::thread([this] {
+    auto guard = asio::make_work_guard(io_);
+    io_.run();
+  });
+}
+
+void ElasticAgent::Loop::arm_signals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (in_rendezvous_) {
+      // No worker runs while the agent waits in the rendezvous: leave at once, the rendezvous stays open.
+      spdlog::warn("received {} while waiting in the rendezvous; exiting", signal_name(sig));
+      std::_Exit(128 + sig);
+    }
+    events_.push(Event{.kind = Event::Kind::kSignal, .signal = sig});
+    arm_signals();
+  });
+}
+
+void ElasticAgent::Loop::start_watcher() {
+  watcher_stop_ = false;
+  watcher_ = std::thread([this] {
+    while (!watcher_stop_) {
+      try {
+        if (auto stop = rdzv_->wait_round_stopped(std::chrono::milliseconds(1000))) {
+          events_.push(Event{.kind = Event::Kind::kRoundStopped, .stop = *stop});
+          return;
+        }
+      } catch (const std::exception& e) {
+        events_.push(Event{.kind = Event::Kind::kWatcherError, .error = e.what()});
+        return;
+      }
+    }
+  });
+}
+
+void ElasticAgent::Loop::stop_watcher() {
+  watcher_stop_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::vector<WorkerLaunch> ElasticAgent::Loop::launches(const Round& round) {
+  const int nproc = static_cast<int>(config_.worker_argv.size());
+  std::vector<WorkerLaunch> out;
+  for (int lr = 0; lr < nproc; ++lr) {
+    const auto& paths = round.paths[static_cast<size_t>(lr)];
+    const WorkerOutput& o = config_.outputs[static_cast<size_t>(lr)];
+    WorkerIdentity who{.local_rank = lr,
+                       .rank = round.ranks[static_cast<size_t>(lr)],
+                       .local_world_size = nproc,
+                       .world_size = 0,
+                       .group_rank = round.info.group_rank,
+                       .group_world_size = round.info.group_world_size,
+                       .role = config_.role};
+    who.world_size = assign_ranks(round.info.local_world_sizes, round.info.group_rank).world_size;
+    RoundEnv env{.master_addr = round.info.store_host,
+                 .master_port = round.info.store_port,
+                 .restart_count = restart_count_,
+                 .max_restarts = config_.max_restarts,
+                 .run_id = rdzv_->run_id(),
+                 .use_agent_store = true,
+                 .error_file = paths.error_file.string()};
+    WorkerLaunch w;
+    w.local_rank = lr;
+    w.argv = config_.worker_argv[static_cast<size_t>(lr)];
+    w.env = worker_env(config_.base_env, who, env, config_.set_omp_threads);
+    if (o.stdout_to_file) w.stdout_file = paths.stdout_file;
+    // stderr always goes to its log file as well, so a failure can quote its last lines.
+    w.stderr_file = paths.stderr_file;
+    w.console_stdout = o.stdout_to_console;
+    w.console_stderr = o.stderr_to_console;
+    if (o.prefix_console) {
+      w.prefix = "[" + (config_.node_tag.empty() ? "" : config_.node_tag + ":") + config_.role +
+                 std::to_string(lr) + "]:";
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+WorkerFailure ElasticAgent::Loop::failure_of(const Round& round, const Event& e) const {
+  const auto& paths = round.paths[static_cast<size_t>(e.local_rank)];
+  WorkerFailure f{.time = e.time,
+                  .host = hostname(),
+                  .rank = round.ranks[static_cast<size_t>(e.local_rank)],
+                  .local_rank = e.local_rank,
+                  .exit_code = e.status.exit_code,
+                  .signal = e.status.signal,
+                  .pid = e.pid};
+  if (auto ef = read_error_file(paths.error_file)) {
+    f.error_file = paths.error_file.string();
+    f.message = ef->message;
+    f.traceback = ef->traceback;
+    if (ef->timestamp) f.time = *ef->timestamp;
+  } else {
+    f.traceback = read_tail(paths.stderr_file, 20);
+  }
+  return f;
+}
+
+void ElasticAgent::Loop::begin_stop(int sig) {
+  auto grace = config_.shutdown_grace;
+  asio::post(io_, [this, sig, grace] {
+    procs_->stop(sig, grace, [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
+  });
+}
+
+ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, int& exit_code) {
+  const int nproc = static_cast<int>(config_.worker_argv.size());
+  const int node = round.info.group_rank;
+  int running = nproc;
+  int succeeded = 0;
+  bool stopping = false;
+  bool store_lost = false;
+  int signal = 0;
+  std::optional<RoundStop> stop;
+  std::vector<WorkerFailure> failures;
+  std::optional<Clock::time_point> barrier_deadline;
+
+  auto publish = [&](const RoundStop& s) {
+    try {
+      auto winner = rdzv_->stop_round(s);
+      if (!stop) stop = winner;
+    } catch (const rdzv::StoreError& e) {
+      spdlog::error("cannot publish the end of round {} to the store: {}", round.info.round, e.what());
+      if (!stop) stop = s;
+      store_lost = true;
+    }
+  };
+
+  while (true) {
+    Event e;
+    if (!events_.pop(e, barrier_deadline)) {
+      spdlog::warn("exit barrier: the other nodes did not finish within {} s; exiting with success",
+                   config_.exit_barrier_timeout.count() / 1000);
+      stop = RoundStop{RoundStop::Kind::kDone, node, "exit barrier timed out", 0};
+      barrier_deadline.reset();
+      if (!stopping) {
+        stopping = true;
+        begin_stop(SIGTERM);
+      }
+      continue;
+    }
+    switch (e.kind) {
+      case Event::Kind::kWorkerExited:
+        --running;
+        if (stopping) break;
+        if (e.status.success()) {
+          if (++succeeded == nproc) {
+            spdlog::info("all {} local workers succeeded", nproc);
+            try {
+              rdzv_->node_done();
+            } catch (const rdzv::StoreError& ex) {
+              spdlog::warn("exit barrier: {}", ex.what());
+              stop = RoundStop{RoundStop::Kind::kDone, node, "store gone after success", 0};
+            }
+            if (!stop) barrier_deadline = Clock::now() + config_.exit_barrier_timeout;
+          }
+          break;
+        }
+        failures.push_back(failure_of(round, e));
+        spdlog::error("worker local_rank {} (rank {}, pid {}) failed: {}", e.local_rank, failures.back().rank,
+                      e.pid, e.status.describe());
+        publish(RoundStop{RoundStop::Kind::kFailed, node,
+                          "rank " + std::to_string(failures.back().rank) + " on " + hostname() + ": " +
+                              e.status.describe(),
+                          e.status.shell_code()});
+        stopping = true;
+        begin_stop(SIGTERM);
+        break;
+      case Event::Kind::kRoundStopped:
+        if (!stop) stop = e.stop;
+        if (stop->kind != RoundStop::Kind::kDone && stop->node_rank != node) {
+          spdlog::warn("node {} ended round {}: {}", stop->node_rank, round.info.round, stop->detail);
+        }
+        barrier_deadline.reset();
+        if (!stopping) {
+          stopping = true;
+          begin_stop(SIGTERM);
+        }
+        break;
+      case Event::Kind::kWatcherError:
+        if (stop) break;  // the round already ended; the store host may have left
+        spdlog::error("lost the rendezvous store: {}", e.error);
+        store_lost = true;
+        stop = RoundStop{RoundStop::Kind::kFailed, node, "store lost", kExitStoreFailed};
+        barrier_deadline.reset();
+        if (!stopping) {
+          stopping = true;
+          begin_stop(SIGTERM);
+        }
+        break;
+      case Event::Kind::kSignal:
+        if (signal != 0 || (stopping && stop)) {
+          spdlog::warn("received {} again: killing the workers now", signal_name(e.signal));
+          asio::post(io_, [this] { procs_->signal_all(SIGKILL); });
+          if (signal == 0) signal = e.signal;
+          break;
+        }
+        signal = e.signal;
+        spdlog::warn("received {}: forwarding it to the workers (grace {} s)", signal_name(signal),
+                     config_.shutdown_grace.count() / 1000.0);
+        publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
+                          signal_name(signal), 128 + signal});
+        barrier_deadline.reset();
+        stopping = true;
+        begin_stop(signal);
+        break;
+      case Event::Kind::kGroupStopped:
+        stop_watcher();
+        if (signal != 0) {
+          exit_code = 128 + signal;
+          ended_by_signal_ = true;
+          return Outcome::kExit;
+        }
+        if (!failures.empty()) {
+          std::fprintf(stderr, "%s", format_failure_summary(failures, config_.script_name).c_str());
+        }
+        if (store_lost) {
+          exit_code = kExitStoreFailed;
+          return Outcome::kExit;
+        }
+        if (!stop || stop->kind == RoundStop::Kind::kDone) {
+          exit_code = kExitSuccess;
+          return Outcome::kSucceeded;
+        }
+        if (stop->kind == RoundStop::Kind::kShutdown) {
+          exit_code = stop->exit_code;
+          ended_by_signal_ = true;
+          return Outcome::kExit;
+        }
+        if (failures.empty()) {
+          exit_code = stop->exit_code;
+        } else {
+          const WorkerFailure& root = failures[root_cause(failures)];
+          exit_code = root.signal != 0 ? 128 + root.signal : root.exit_code;
+        }
+        if (exit_code == 0) exit_code = 1;
+        return restart_count_ < config_.max_restarts ? Outcome::kRestart : Outcome::kExit;
+    }
+  }
+}
+
+int ElasticAgent::Loop::run() {
+  // A closed stdout (a pager that quit) must not kill the agent before it stops its workers.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    if (config_.log_dir.empty()) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / ("ddprun-" + rdzv_->run_id() + "-XXXXXX")).string();
+      if (!mkdtemp(tmpl.data())) throw std::filesystem::filesystem_error("cannot create a temporary log directory",
+                                                                         tmpl, std::error_code(errno, std::generic_category()));
+      layout_.emplace(tmpl);
+      temp_log_dir_ = true;
+    } else {
+      layout_.emplace(LogLayout::create(config_.log_dir, rdzv_->run_id()));
+      spdlog::info("worker logs in {}", layout_->run_dir().string());
+    }
+  } catch (const std::filesystem::filesystem_error& e) {
+    spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
+    return kExitSpawnFailed;
+  }
+  start_io();
+
+  const int nproc = static_cast<int>(config_.worker_argv.size());
+  int exit_code = 0;
+  while (true) {
+    Round round;
+    try {
+      in_rendezvous_ = true;
+      round.info = rdzv_->next_rendezvous(nproc);
+      in_rendezvous_ = false;
+    } catch (const rdzv::StoreError& e) {
+      in_rendezvous_ = false;
+      spdlog::error("rendezvous failed: {}", e.what());
+      return kExitRendezvousFailed;
+    }
+    auto ranks = assign_ranks(round.info.local_world_sizes, round.info.group_rank);
+    for (int lr = 0; lr < nproc; ++lr) round.ranks.push_back(ranks.base_rank + lr);
+    spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.info.round, round.info.group_rank,
+                 round.info.group_world_size, ranks.base_rank, ranks.base_rank + nproc - 1, ranks.world_size,
+                 round.info.store_host, round.info.store_port);
+    try {
+      round.paths = layout_->create_attempt(restart_count_, nproc);
+    } catch (const std::filesystem::filesystem_error& e) {
+      spdlog::error("cannot create the attempt's log directories: {}", e.what());
+      return kExitSpawnFailed;
+    }
+    auto specs = launches(round);
+    start_watcher();
+    std::string spawn_error = on_io([&]() -> std::string {
+      try {
+        for (const auto& w : specs) procs_->spawn(w);
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+      return {};
+    });
+    if (!spawn_error.empty()) {
+      spdlog::error("cannot start a worker: {}", spawn_error);
+      try {
+        rdzv_->stop_round(RoundStop{RoundStop::Kind::kShutdown, round.info.group_rank, spawn_error, kExitSpawnFailed});
+      } catch (const rdzv::StoreError&) {
+      }
+      on_io([&] {
+        procs_->stop(SIGKILL, std::chrono::milliseconds(0), [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
+        return 0;
+      });
+      int ignored = 0;
+      supervise(round, ignored);
+      return kExitSpawnFailed;
+    }
+    Outcome outcome = supervise(round, exit_code);
+    if (outcome == Outcome::kRestart) {
+      ++restart_count_;
+      spdlog::warn("restarting the worker group ({} of {} restarts)", restart_count_, config_.max_restarts);
+      continue;
+    }
+    break;
+  }
+  try {
+    if (!ended_by_signal_) rdzv_->set_closed();
+    rdzv_->shutdown();
+  } catch (const rdzv::StoreError& e) {
+    spdlog::debug("rendezvous shutdown: {}", e.what());
+  }
+  if (temp_log_dir_ && exit_code == kExitSuccess) {
+    std::error_code ignored;
+    std::filesystem::remove_all(layout_->run_dir(), ignored);
+  }
+  return exit_code;
+}
+
+ElasticAgent::ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous)
+    : loop_(std::make_unique<Loop>(std::move(config), std::move(rendezvous))) {}
+
+ElasticAgent::~ElasticAgent() = default;
+
+int ElasticAgent::run() { return loop_->run(); }
+
+}  // namespace ddprun::agent

@@ -1,0 +1,76 @@
+// ElasticAgent: the per-node agent loop (torch's LocalElasticAgent, without its polling).
+//
+// One run of the loop: rendezvous -> assign global ranks -> spawn the local workers -> wait for an event ->
+// stop or restart. Events are: a worker exited (ProcessContext, at once), the round was stopped by any
+// node (RendezvousHandler::wait_round_stopped on a watcher thread), a signal to the agent (forwarded to
+// every worker's process group). States follow torch's WorkerState:
+//
+//   INIT -> (rendezvous) -> HEALTHY --all succeeded--> SUCCEEDED (exit barrier) -> exit 0
+//                              |--a worker failed / a peer failed--> stop group -> restart (max_restarts)
+//                              |                                     or FAILED -> exit with root cause code
+//                              '--signal--> forward, grace, SIGKILL -> exit 128+N
+//
+// Threads: run() blocks the calling thread (the loop); an internal io_context thread owns the processes and
+// signals; a watcher thread waits on the store. No worker outlives run(): every exit path stops and reaps
+// the group. Exit codes are documented in docs/cli.md (see ExitCode).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/worker_env.h"
+#include "rendezvous/rendezvous_handler.h"
+
+namespace ddprun::agent {
+
+// Exit codes of the agent besides a worker's own code (and 128+N after signal N).
+enum ExitCode : int {
+  kExitSuccess = 0,
+  kExitUsage = 2,           // bad command line or configuration (nothing was started)
+  kExitStoreFailed = 3,     // the store could not listen (port in use) or was lost
+  kExitRendezvousFailed = 4,  // join timeout, unreachable endpoint, closed rendezvous
+  kExitSpawnFailed = 5,     // a worker could not be started (program not found, log dir unwritable)
+};
+
+// Where one local rank's output goes (torchrun's --redirects / --tee / --local_ranks_filter, resolved).
+struct WorkerOutput {
+  bool stdout_to_file = false;
+  bool stderr_to_file = false;
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  bool prefix_console = false;  // "[<node tag><role><local_rank>]:" before every console line
+};
+
+struct AgentConfig {
+  std::string role = "default";
+  std::string script_name;                            // for messages ("train.py")
+  std::vector<std::vector<std::string>> worker_argv;  // per local rank; its size is the local world size
+  std::vector<WorkerOutput> outputs;                  // per local rank
+  Env base_env;                                       // inherited by every worker
+  bool set_omp_threads = false;
+  int max_restarts = 0;
+  std::chrono::milliseconds shutdown_grace{30000};
+  std::chrono::milliseconds exit_barrier_timeout{300000};
+  std::vector<int> signals_to_handle;
+  std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
+  std::string node_tag;           // "" or e.g. "n1" (prefixed to console lines when nnodes > 1)
+};
+
+class ElasticAgent {
+ public:
+  ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous);
+  ~ElasticAgent();
+
+  // Runs the job on this node until it succeeds, fails for good, or a signal ends it; returns the exit
+  // code. Never throws for failures of the job or the network (they become exit codes with a message).
+  int run();
+
+ private:
+  class Loop;
+  std::unique_ptr<Loop> loop_;
+};
+
+}  // namespace ddprun::agent

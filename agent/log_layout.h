@@ -1,0 +1,48 @@
+// LogLayout: torchrun's --log_dir layout.
+//
+//   <log_dir>/<run_id>_<8 random chars>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+//
+// The run directory is created once per agent, like torch's tempfile.mkdtemp(prefix=f"{run_id}_",
+// dir=log_dir): a fresh name, created exclusively (mode 0700). Each attempt's directory is emptied and
+// created again (torch: shutil.rmtree then os.makedirs). The paths themselves are computed without touching
+// the file system (worker()).
+//
+// Errors: std::filesystem::filesystem_error naming the path (unwritable log_dir, ...). Not thread-safe;
+// it holds no state beyond the run directory.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddprun::agent {
+
+struct WorkerLogPaths {
+  int local_rank = 0;
+  std::filesystem::path dir;          // <run_dir>/attempt_<n>/<local_rank>
+  std::filesystem::path stdout_file;  // dir/stdout.log
+  std::filesystem::path stderr_file;  // dir/stderr.log
+  std::filesystem::path error_file;   // dir/error.json (the worker's TORCHELASTIC_ERROR_FILE)
+};
+
+class LogLayout {
+ public:
+  // Creates log_dir (and parents) if needed, then a new <run_id>_<8 random chars> directory in it.
+  static LogLayout create(const std::filesystem::path& log_dir, const std::string& run_id);
+  // Uses an existing run directory as is (nothing is created).
+  explicit LogLayout(std::filesystem::path run_dir) : run_dir_(std::move(run_dir)) {}
+
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  std::filesystem::path attempt_dir(int attempt) const;  // <run_dir>/attempt_<n>
+  // Pure: the paths of one worker of one attempt.
+  WorkerLogPaths worker(int attempt, int local_rank) const;
+  // Removes attempt_<n> if it exists, creates it and one directory per local rank 0..local_world_size-1,
+  // and returns their paths (index = local rank). The log files are created by whoever writes them.
+  std::vector<WorkerLogPaths> create_attempt(int attempt, int local_world_size) const;
+
+ private:
+  std::filesystem::path run_dir_;
+};
+
+}  // namespace ddprun::agent

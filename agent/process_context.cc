@@ -1,0 +1,574 @@
+#include "agent/process_context.h"
+
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/extend.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+#include <system_error>
+
+#include <spdlog/spdlog.h>
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+namespace bp = boost::process;
+
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;       // console lines are cut after this many bytes
+constexpr size_t kReadChunk = 64 * 1024;     // one read() from a worker's pipe
+constexpr size_t kReadPerTurn = 1024 * 1024;  // then let other handlers run
+
+// An owned file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::system_error errno_error(const std::string& what) {
+  return std::system_error(errno, std::generic_category(), what);
+}
+
+// Writes all of [data, data+size) to fd; waits when fd is non-blocking and full. False on a write error.
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+    } else if (!(n < 0 && errno == EINTR)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// execvp's lookup, done in the agent so that a missing program is an exception, not a dead child.
+std::string find_program(const std::string& name, const std::map<std::string, std::string>& env,
+                         const std::string& who) {
+  if (name.empty()) throw std::invalid_argument(who + ": argv[0] is empty");
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name)) {
+      if (::access(name.c_str(), X_OK) == 0) errno = EACCES;  // a directory
+      throw errno_error(who + ": cannot execute '" + name + "'");
+    }
+    return name;
+  }
+  std::string path;
+  if (auto it = env.find("PATH"); it != env.end()) {
+    path = it->second;
+  } else if (const char* p = std::getenv("PATH")) {
+    path = p;
+  } else {
+    path = "/usr/local/bin:/usr/bin:/bin";
+  }
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = path.substr(begin, end - begin);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    begin = end + 1;
+  }
+  throw std::system_error(ENOENT, std::generic_category(),
+                          who + ": program '" + name + "' not found in PATH=" + path);
+}
+
+UniqueFd open_output_file(const std::filesystem::path& file, const std::string& who) {
+  // O_APPEND after O_TRUNC: stdout and stderr sent to one file do not overwrite each other.
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw errno_error(who + ": cannot open '" + file.string() + "' for writing");
+  return UniqueFd(fd);
+}
+
+// Reads one stream of a worker from a pipe: copies the bytes to a file, and whole prefixed lines to a
+// console fd. Lives as long as the pipe is open (its handlers hold it).
+class OutputPump : public std::enable_shared_from_this<OutputPump> {
+ public:
+  OutputPump(asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file)
+      : pipe_(io, pipe.release()), console_fd_(console_fd), prefix_(std::move(prefix)), file_(std::move(file)) {
+    pipe_.non_blocking(true);
+  }
+
+  void start() { arm(); }
+
+  // Consumes exactly the bytes in the pipe now (all a dead worker wrote), then looks for end of file.
+  void drain_available() {
+    if (finished_) return;
+    int available = 0;
+    if (::ioctl(pipe_.native_handle(), FIONREAD, &available) != 0) available = 0;
+    size_t left = static_cast<size_t>(available);
+    while (left > 0 && !finished_) {
+      if (!read_once(std::min(left, kReadChunk), &left)) return;
+    }
+    if (!finished_) read_once(kReadChunk, nullptr);  // end of file already? (or new bytes: fine, in order)
+  }
+
+  // Drains, flushes the partial last line and closes the pipe and the file.
+  void close() {
+    drain_available();
+    finish();
+  }
+
+  bool finished() const { return finished_; }
+
+ private:
+  void arm() {
+    pipe_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](auto ec) {
+      if (!ec) self->on_readable();
+    });
+  }
+
+  void on_readable() {
+    // Edge-triggered readiness: read until EAGAIN before waiting again, or yield and come back.
+    size_t budget = kReadPerTurn;
+    while (!finished_) {
+      if (budget == 0) {
+        asio::post(pipe_.get_executor(), [self = shared_from_this()] { self->on_readable(); });
+        return;
+      }
+      if (!read_once(std::min(budget, kReadChunk), &budget)) break;  // EAGAIN or end of file
+    }
+    if (!finished_) arm();
+  }
+
+  // One read() of at most `max` bytes. Subtracts what was read from *left. False on EAGAIN, end of file
+  // or error (the last two finish the pump).
+  bool read_once(size_t max, size_t* left) {
+    char buf[kReadChunk];
+    for (;;) {
+      const ssize_t n = ::read(pipe_.native_handle(), buf, std::min(max, sizeof buf));
+      if (n > 0) {
+        consume(buf, static_cast<size_t>(n));
+        if (left) *left -= std::min(*left, static_cast<size_t>(n));
+        return true;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (!(n < 0 && errno == EAGAIN)) finish();
+      return false;
+    }
+  }
+
+  void consume(const char* data, size_t size) {
+    if (file_.get() >= 0 && !write_all(file_.get(), data, size)) {
+      spdlog::warn("cannot write a worker's log file: {}; its output is not saved from now on", strerror(errno));
+      file_.reset();
+    }
+    if (console_fd_ < 0) return;
+    pending_.append(data, size);
+    emit_lines(false);
+  }
+
+  // Writes the whole lines of pending_ to the console (all of it, '\n' added, when at_eof).
+  void emit_lines(bool at_eof) {
+    std::string batch;
+    size_t pos = 0;
+    auto add = [&](size_t len, bool add_newline) {
+      const size_t piece = prefix_.size() + len + (add_newline ? 1 : 0);
+      if (!batch.empty() && batch.size() + piece > PIPE_BUF) flush(batch);
+      batch += prefix_;
+      batch.append(pending_, pos, len);
+      if (add_newline) batch += '\n';
+      pos += len;
+    };
+    while (pos < pending_.size()) {
+      const size_t nl = pending_.find('\n', pos);
+      if (nl != std::string::npos && nl - pos <= kMaxLine) {
+        add(nl + 1 - pos, false);
+      } else if (pending_.size() - pos > kMaxLine) {
+        add(kMaxLine, true);
+      } else if (at_eof) {
+        add(pending_.size() - pos, true);
+      } else {
+        break;
+      }
+    }
+    flush(batch);
+    pending_.erase(0, pos);
+  }
+
+  void flush(std::string& batch) {
+    if (!batch.empty()) write_all(console_fd_, batch.data(), batch.size());  // console errors: dropped
+    batch.clear();
+  }
+
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    if (console_fd_ >= 0 && !pending_.empty()) emit_lines(true);
+    file_.reset();
+    boost::system::error_code ignored;
+    pipe_.close(ignored);
+  }
+
+  asio::posix::stream_descriptor pipe_;
+  const int console_fd_;  // -1: none
+  const std::string prefix_;
+  UniqueFd file_;  // -1: none
+  std::string pending_;  // the start of a line not yet complete
+  bool finished_ = false;
+};
+
+// How one stream (stdout or stderr) of a child is wired.
+struct StreamSetup {
+  UniqueFd child_fd;   // becomes the child's fd 1/2; -1: inherit the agent's
+  UniqueFd pipe_read;  // -1: no pipe
+  UniqueFd tee_file;   // -1: no file copy
+};
+
+StreamSetup setup_stream(const std::filesystem::path& file, bool console, const std::string& prefix,
+                         const std::string& who) {
+  StreamSetup s;
+  if (console && (!file.empty() || !prefix.empty())) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw errno_error(who + ": cannot create a pipe");
+    s.pipe_read.reset(p[0]);
+    s.child_fd.reset(p[1]);
+    if (!file.empty()) s.tee_file = open_output_file(file, who);
+  } else if (!file.empty()) {
+    s.child_fd = open_output_file(file, who);
+  } else if (!console) {
+    s.child_fd.reset(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+    if (s.child_fd.get() < 0) throw errno_error(who + ": cannot open /dev/null");
+  }
+  return s;
+}
+
+// In the forked child, before exec: only async-signal-safe calls. On failure the error goes to the parent
+// through Boost.Process's error pipe and the child exits.
+template <typename Executor>
+void child_setup(Executor& e, pid_t parent, int out_fd, int err_fd) {
+  auto fail = [&e](const char* what) {
+    e.set_error(std::error_code(errno, std::system_category()), what);
+    ::_exit(127);
+  };
+  if (::setpgid(0, 0) != 0) fail("setpgid(0, 0) failed");
+  // The agent's handlers must not run in the child before exec; ignored signals stay ignored except these.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0) continue;
+    const bool has_handler = (old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
+    if (has_handler || sig == SIGPIPE || sig == SIGXFSZ) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  
+  if (::getppid() != parent) ::_exit(127);  // the agent died before prctl: nobody to run for
+  for (auto [fd, target] : {std::pair{out_fd, STDOUT_FILENO}, std::pair{err_fd, STDERR_FILENO}}) {
+    if (fd < 0) continue;
+    if (fd == target ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(fd, target) < 0) fail("dup2 failed");
+  }
+}
+
+void wait_reaped(pid_t pid) {
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+std::string ExitStatus::describe() const {
+  if (signal == 0) return "exit code " + std::to_string(exit_code);
+  const char* abbrev = ::sigabbrev_np(signal);
+  if (abbrev == nullptr) return "signal " + std::to_string(signal);
+  return "signal SIG" + std::string(abbrev) + " (" + std::to_string(signal) + ")";
+}
+
+struct Worker {
+  int local_rank = 0;
+  pid_t pid = -1;
+  std::unique_ptr<asio::posix::stream_descriptor> pidfd;  // until the exit is seen
+  bool exited = false;
+  bool reaped = false;  // by someone else: the status was lost
+  std::vector<std::shared_ptr<OutputPump>> pumps;
+};
+
+class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, ExitFn on_exit) : io_(io), on_exit_(std::move(on_exit)), grace_timer_(io) {}
+
+  pid_t spawn(const WorkerLaunch& w);
+  void signal_all(int sig);
+  void stop(int sig, std::chrono::milliseconds grace, std::function<void()> done);
+  size_t running() const { return running_; }
+  std::vector<pid_t> pids() const;
+  void close();
+
+ private:
+  void watch(const std::shared_ptr<Worker>& worker);
+  void on_exited(const std::shared_ptr<Worker>& worker);
+  void arm_grace_timer();
+  void on_grace_expired();
+  void maybe_finish_stop();
+  void reap_exited();
+
+  asio::io_context& io_;
+  ExitFn on_exit_;
+  std::map<pid_t, std::shared_ptr<Worker>> workers_;  // running, and exited but not reaped yet
+  std::vector<std::shared_ptr<OutputPump>> draining_;  // pumps of reaped workers, until end of file
+  size_t running_ = 0;
+  bool closed_ = false;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  asio::steady_timer grace_timer_;
+  std::vector<std::function<void()>> done_;
+};
+
+pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
+  const std::string who = "cannot start local_rank " + std::to_string(w.local_rank);
+  if (closed_) throw std::logic_error(who + ": the process context is closed");
+  if (stopping_) throw std::logic_error(who + ": a stop() is in progress");
+  if (w.argv.empty()) throw std::invalid_argument(who + ": empty argv");
+  const std::string exe = find_program(w.argv[0], w.env, who);
+
+  std::vector<std::string> argv_strings = w.argv;
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : w.env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> argv_ptrs, env_ptrs;
+  for (auto& s : argv_strings) argv_ptrs.push_back(s.data());
+  for (auto& s : env_strings) env_ptrs.push_back(s.data());
+  argv_ptrs.push_back(nullptr);
+  env_ptrs.push_back(nullptr);
+
+  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, who);
+  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, who);
+
+  const pid_t parent = ::getpid();
+  const int out_fd = out.child_fd.get(), err_fd = err.child_fd.get();
+  std::error_code ec;
+  pid_t failed_pid = -1;
+  bp::child child(bp::extend::on_setup([&](auto& e) {
+                    e.exe = exe.c_str();
+                    e.cmd_line = argv_ptrs.data();
+                    e.env = env_ptrs.data();
+                  }),
+                  bp::extend::on_exec_setup([&](auto& e) { child_setup(e, parent, out_fd, err_fd); }),
+                  bp::extend::on_error([&](auto& e, const std::error_code&) { failed_pid = e.pid; }), ec);
+  out.child_fd.reset();
+  err.child_fd.reset();
+  if (ec) {
+    if (failed_pid > 0) wait_reaped(failed_pid);
+    throw std::system_error(ec, who + ": '" + exe + "'");
+  }
+  child.detach();
+  const pid_t pid = child.id();
+
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int e = errno;
+    ::kill(-pid, SIGKILL);
+    wait_reaped(pid);
+    throw std::system_error(e, std::generic_category(),
+                            who + ": pidfd_open(2) failed (ddprun needs Linux 5.3 or newer)");
+  }
+
+  auto worker = std::make_shared<Worker>();
+  worker->local_rank = w.local_rank;
+  worker->pid = pid;
+  worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd);
+  for (auto* s : {&out, &err}) {
+    if (s->pipe_read.get() < 0) continue;
+    const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;
+    worker->pumps.push_back(
+        std::make_shared<OutputPump>(io_, std::move(s->pipe_read), console_fd, w.prefix, std::move(s->tee_file)));
+    worker->pumps.back()->start();
+  }
+  workers_[pid] = worker;
+  ++running_;
+  watch(worker);
+  spdlog::debug("local_rank {}: started {} as pid {}", w.local_rank, exe, pid);
+  return pid;
+}
+
+void ProcessContext::Impl::watch(const std::shared_ptr<Worker>& worker) {
+  worker->pidfd->async_wait(asio::posix::descriptor_base::wait_read,
+                            [weak = weak_from_this(), worker](auto ec) {
+                              auto self = weak.lock();
+                              if (ec || !self || self->closed_) return;
+                              self->on_exited(worker);
+                            });
+}
+
+void ProcessContext::Impl::on_exited(const std::shared_ptr<Worker>& worker) {
+  siginfo_t info{};
+  int r;
+  do {
+    r = ::waitid(P_PID, static_cast<id_t>(worker->pid), &info, WEXITED | WNOWAIT);
+  } while (r < 0 && errno == EINTR);
+  ExitStatus status;
+  if (r < 0) {
+    spdlog::error("local_rank {} (pid {}): exit status lost ({}): was SIGCHLD ignored or a worker reaped "
+                  "elsewhere?", worker->local_rank, worker->pid, strerror(errno));
+    worker->reaped = true;
+    status.exit_code = 255;
+  } else if (info.si_code == CLD_EXITED) {
+    status.exit_code = info.si_status;
+  } else {
+    status.signal = info.si_status;
+  }
+  worker->pidfd.reset();
+  worker->exited = true;
+  --running_;
+  // on_exit first, then (posted) the done of a stop that this exit completes.
+  maybe_finish_stop();
+  if (on_exit_) on_exit_(worker->local_rank, worker->pid, status);
+}
+
+void ProcessContext::Impl::signal_all(int sig) {
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->exited) ::kill(-pid, sig);
+  }
+}
+
+void ProcessContext::Impl::stop(int sig, std::chrono::milliseconds grace, std::function<void()> done) {
+  if (closed_) return;
+  if (done) done_.push_back(std::move(done));
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  if (!stopping_ || deadline < deadline_) {
+    stopping_ = true;
+    deadline_ = deadline;
+    if (running_ > 0) arm_grace_timer();
+  }
+  if (running_ > 0) {
+    spdlog::info("stopping {} worker(s) with signal {} ({} ms grace)", running_, sig, grace.count());
+    signal_all(sig);
+  }
+  maybe_finish_stop();
+}
+
+void ProcessContext::Impl::arm_grace_timer() {
+  grace_timer_.expires_at(deadline_);
+  grace_timer_.async_wait([weak = weak_from_this()](auto ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) return;
+    self->on_grace_expired();
+  });
+}
+
+void ProcessContext::Impl::on_grace_expired() {
+  // A wait cancelled by a re-arm may still complete: only the current deadline counts.
+  if (!stopping_ || running_ == 0 || std::chrono::steady_clock::now() < deadline_) return;
+  spdlog::warn("{} worker(s) still running after the grace period: sending SIGKILL", running_);
+  signal_all(SIGKILL);
+}
+
+void ProcessContext::Impl::maybe_finish_stop() {
+  if (!stopping_ || running_ > 0) return;
+  stopping_ = false;
+  grace_timer_.cancel();
+  reap_exited();
+  for (auto& done : std::exchange(done_, {})) {
+    asio::post(io_, [weak = weak_from_this(), done = std::move(done)] {
+      auto self = weak.lock();
+      if (self && !self->closed_) done();
+    });
+  }
+}
+
+void ProcessContext::Impl::reap_exited() {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    Worker& worker = *it->second;
+    if (!worker.exited) {
+      ++it;
+      continue;
+    }
+    // The zombie still holds pid and process-group id: this kills only the worker's own leftovers.
+    if (!worker.reaped) {
+      wait_reaped(worker.pid);
+    }
+    for (auto& pump : worker.pumps) {
+      if (!pump->finished()) draining_.push_back(pump);
+    }
+    it = workers_.erase(it);
+  }
+  std::erase_if(draining_, [](const auto& pump) { return pump->finished(); });
+}
+
+std::vector<pid_t> ProcessContext::Impl::pids() const {
+  std::vector<pid_t> result;
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->exited) result.push_back(pid);
+  }
+  return result;
+}
+
+void ProcessContext::Impl::close() {
+  if (closed_) return;
+  closed_ = true;
+  grace_timer_.cancel();
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->reaped) ::kill(-pid, SIGKILL);
+  }
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->reaped) wait_reaped(pid);
+    worker->pidfd.reset();
+    for (auto& pump : worker->pumps) pump->close();
+  }
+  for (auto& pump : draining_) pump->close();
+  workers_.clear();
+  draining_.clear();
+  running_ = 0;
+  done_.clear();
+}
+
+ProcessContext::ProcessContext(asio::io_context& io, ExitFn on_exit)
+    : impl_(std::make_shared<Impl>(io, std::move(on_exit))) {}
+
+ProcessContext::~ProcessContext() { impl_->close(); }
+
+pid_t ProcessContext::spawn(const WorkerLaunch& w) { return impl_->spawn(w); }
+void ProcessContext::signal_all(int sig) { impl_->signal_all(sig); }
+void ProcessContext::stop(int sig, std::chrono::milliseconds grace, std::function<void()> done) {
+  impl_->stop(sig, grace, std::move(done));
+}
+size_t ProcessContext::running() const { return impl_->running(); }
+std::vector<pid_t> ProcessContext::pids() const { return impl_->pids(); }
+
+}  // namespace ddprun::agent

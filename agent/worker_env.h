@@ -1,0 +1,54 @@
+// The environment contract between the agent and its workers (torchrun's, REFERENCE §2).
+//
+// Pure functions: given who a worker is and the round it runs in, compute its complete environment.
+// Workers inherit the agent's whole environment; the contract variables are set on top of it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+using Env = std::map<std::string, std::string>;
+
+// Global ranks of one node's workers: node ranks in order, base = sum of the local world sizes of lower
+// nodes. `local_world_sizes` is indexed by node rank.
+struct RankAssignment {
+  int base_rank = 0;
+  int world_size = 0;
+};
+RankAssignment assign_ranks(const std::vector<int>& local_world_sizes, int group_rank);
+
+struct WorkerIdentity {
+  int local_rank = 0;
+  int rank = 0;
+  int local_world_size = 1;
+  int world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  std::string role = "default";
+};
+
+struct RoundEnv {
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id = "none";
+  bool use_agent_store = true;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE ("" = not set)
+};
+
+// `base` is the agent's environment. OMP_NUM_THREADS=1 is added when `set_omp_threads` (the caller decides:
+// unset in base and more than one local worker) ; TORCH_NCCL_ASYNC_ERROR_HANDLING and
+// NCCL_ASYNC_ERROR_HANDLING default to "1" when unset.
+Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round, bool set_omp_threads);
+
+// The process environment as a map.
+Env current_environment();
+
+// Names of the variables worker_env() sets, for --dry-run output.
+const std::vector<std::string>& contract_variables();
+
+}  // namespace ddprun::agent

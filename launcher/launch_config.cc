@@ -1,0 +1,661 @@
+#include "launcher/launch_config.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "rendezvous/endpoint.h"
+
+#ifndef DDPRUN_VERSION
+#define DDPRUN_VERSION "unknown"
+#endif
+
+namespace ddprun::launcher {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+// A bad command line; what() is the whole user-facing message.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One value as the user gave it, and where it came from, so that messages can name it.
+struct Given {
+  std::string flag;  // canonical spelling, "--nnodes"
+  std::string text;  // the value
+  std::string env;   // "PET_NNODES" when it came from the environment, else ""
+};
+
+// "ddprun: invalid --flag value 'v' (from PET_FLAG): <reason>"
+[[noreturn]] void fail_because(const Given& g, const std::string& reason) {
+  std::string msg = "ddprun: invalid " + g.flag + " value '" + g.text + "'";
+  if (!g.env.empty()) msg += " (from " + g.env + ")";
+  throw UsageError(msg + ": " + reason);
+}
+
+[[noreturn]] void fail(const Given& g, const std::string& expected) {
+  fail_because(g, "expected " + expected);
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t pos; (pos = s.find(sep, start)) != std::string::npos; start = pos + 1) {
+    parts.push_back(s.substr(start, pos - start));
+  }
+  parts.push_back(s.substr(start));
+  return parts;
+}
+
+// Decimal integer with optional sign, surrounding blanks allowed (as Python's int()).
+std::optional<long long> to_int(const std::string& raw) {
+  std::string s = trim(raw);
+  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
+  if (i == s.size() || s.size() > 18) return std::nullopt;
+  for (size_t j = i; j < s.size(); ++j) {
+    if (!std::isdigit(static_cast<unsigned char>(s[j]))) return std::nullopt;
+  }
+  return std::stoll(s);
+}
+
+std::optional<double> to_double(const std::string& raw) {
+  std::string s = trim(raw);
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+int int_at_least(const Given& g, long long min) {
+  auto v = to_int(g.text);
+  if (!v || *v < min || *v > 1'000'000'000) fail(g, "an integer >= " + std::to_string(min));
+  return static_cast<int>(*v);
+}
+
+double seconds(const Given& g) {
+  auto v = to_double(g.text);
+  if (!v || *v < 0) fail(g, "a number of seconds >= 0");
+  return *v;
+}
+
+std::string one_of(const Given& g, const std::vector<std::string>& choices) {
+  for (const auto& c : choices) {
+    if (g.text == c) return c;
+  }
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  fail(g, "one of " + list);
+}
+
+// ---- rdzv_conf ----
+
+// clang-format off
+const std::vector<std::string> kRdzvConfKeys = {
+    "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
+    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout"};
+// clang-format on
+
+std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
+  std::map<std::string, std::string> conf;
+  if (trim(g.text).empty()) return conf;
+  std::string valid;
+  for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
+  for (const auto& item : split(g.text, ',')) {
+    auto eq = item.find('=');
+    std::string key = trim(item.substr(0, eq));
+    if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
+      fail(g, "KEY=VALUE,... ('" + item + "' is not KEY=VALUE)");
+    }
+    std::string value = trim(item.substr(eq + 1));
+    if (std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) == kRdzvConfKeys.end()) {
+      fail(g, "keys among " + valid + " (unknown key '" + key + "')");
+    }
+    if (key == "is_host") {
+      std::string v;
+      for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
+        conf[key] = "true";
+      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
+        conf[key] = "false";
+      } else {
+        fail(g, "is_host to be a boolean (1/0, true/false, yes/no), not '" + value + "'");
+      }
+    } else {
+      auto n = to_int(value);
+      if (!n || *n <= 0) fail(g, key + " to be a positive integer (seconds or count), not '" + value + "'");
+      conf[key] = std::to_string(*n);
+    }
+  }
+  return conf;
+}
+
+// ---- signals ----
+
+const std::vector<std::pair<std::string, int>> kSignalNames = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},   {"TRAP", SIGTRAP},
+    {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},   {"KILL", SIGKILL}, {"USR1", SIGUSR1},
+    {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},   {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},   {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
+    {"TTOU", SIGTTOU}, {"URG", SIGURG},     {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+    {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+
+std::vector<int> parse_signals(const Given& g) {
+  std::vector<int> out;
+  for (const auto& raw : split(g.text, ',')) {
+    std::string name = trim(raw);
+    std::string upper;
+    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (upper.rfind("SIG", 0) == 0) upper = upper.substr(3);
+    int sig = 0;
+    if (auto n = to_int(name)) {
+      if (*n >= 1 && *n <= SIGRTMAX) sig = static_cast<int>(*n);
+    } else {
+      for (const auto& [n2, s] : kSignalNames) {
+        if (upper == n2) sig = s;
+      }
+    }
+    if (sig == 0)
+      fail(g, "signal names (SIGTERM, TERM) or numbers 1.." + std::to_string(SIGRTMAX) +
+                  ", comma-separated ('" + name + "' is not a signal)");
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      fail(g, "signals ddprun can forward ('" + name + "' cannot be caught or is used by ddprun itself)");
+    }
+    if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
+  }
+  return out;
+}
+
+// ---- the command line ----
+
+// CLI11's App, with access to how each left-over argument was classified (unknown option vs positional).
+class ArgApp : public CLI::App {
+ public:
+  using CLI::App::App;
+  const missing_t& missing() const { return missing_; }
+};
+
+// CLI11's usage line knows nothing of the script: say it.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] training_script [training_script_args...]\n";
+  }
+};
+
+class Parser {
+ public:
+  Parser(const Env& env, std::function<int()> gpu_count) : env_(env), gpu_count_(std::move(gpu_count)) {
+    app_.formatter(std::make_shared<UsageFormatter>());
+    app_.description(
+        "ddprun: a drop-in replacement for torchrun.\n"
+        "Every torchrun flag takes both spellings (--nproc_per_node, --nproc-per-node) and is also\n"
+        "read from PET_<NAME> (PET_NPROC_PER_NODE) when absent. Arguments after the script are its own.");
+    app_.prefix_command();
+    app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    value("--nnodes", "NNODES", "Number of nodes, N or MIN:MAX", "1:1");
+    value("--nproc_per_node,--nproc-per-node", "NPROC_PER_NODE", "Workers per node: int, cpu, gpu or auto",
+          "1");
+    value("--rdzv_backend,--rdzv-backend", "RDZV_BACKEND", "Rendezvous backend: static or c10d", "static");
+    value("--rdzv_endpoint,--rdzv-endpoint", "RDZV_ENDPOINT", "Rendezvous endpoint host[:port]", "");
+    value("--rdzv_id,--rdzv-id", "RDZV_ID", "User-defined job id shared by all nodes", "none");
+    value("--rdzv_conf,--rdzv-conf", "RDZV_CONF", "Rendezvous settings KEY=VALUE,...", "");
+    flag("--standalone", "STANDALONE", "Single node: local c10d rendezvous on a free port");
+    value("--max_restarts,--max-restarts", "MAX_RESTARTS", "Worker group restarts before failing", "0");
+    value("--monitor_interval,--monitor-interval", "MONITOR_INTERVAL", "Seconds; accepted, unused", "0.1");
+    value("--start_method,--start-method", "START_METHOD", "spawn, fork or forkserver (all exec)", "spawn");
+    value("--role", "ROLE", "User-defined role name of the workers", "default");
+    flag("-m,--module", "MODULE", "Run the script as a Python module (python -m)");
+    flag("--no_python,--no-python", "NO_PYTHON", "Execute the script directly, without python");
+    flag("--run_path,--run-path", "RUN_PATH",
+         "Run the script path with python (precedence over --no_python)");
+    value("--log_dir,--log-dir", "LOG_DIR", "Base directory for worker log files", "");
+    value("-r,--redirects", "REDIRECTS", "Redirect std streams to log files: 0-3 or LR:N,...", "0");
+    value("-t,--tee", "TEE", "Tee std streams to log files and console: 0-3 or LR:N,...", "0");
+    value("--local_ranks_filter,--local-ranks-filter", "LOCAL_RANKS_FILTER", "Console shows only these ranks",
+          "");
+    value("--node_rank,--node-rank", "NODE_RANK", "Rank of this node (static rendezvous)", "0");
+    value("--master_addr,--master-addr", "MASTER_ADDR", "Address of node 0 (static rendezvous)", "127.0.0.1");
+    value("--master_port,--master-port", "MASTER_PORT", "Port on node 0 (static rendezvous)", "29500");
+    value("--local_addr,--local-addr", "LOCAL_ADDR", "Address of this node for the rendezvous", "");
+    value("--logs_specs,--logs-specs", "", "torchrun LogsSpecs plugin: not supported by ddprun", "");
+    value("--signals_to_handle,--signals-to-handle", "SIGNALS_TO_HANDLE", "Signals forwarded to workers",
+          "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+    value("--shutdown_timeout,--shutdown-timeout", "SHUTDOWN_TIMEOUT",
+          "Seconds from forwarded signal to SIGKILL", "30");
+    value("--exit_barrier_timeout,--exit-barrier-timeout", "", "Seconds to wait for other nodes at exit",
+          "300");
+    value("--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3");
+    flag("--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything");
+    value("--log_level,--log-level", "", "trace, debug, info, warn, error, critical or off", "info");
+    flag("--version", "", "Print the ddprun version and exit");
+  }
+
+  ParseResult run(const std::vector<std::string>& argv, LaunchConfig& c) {
+    std::vector<std::string> args =
+        split_empty_values({argv.size() > 1 ? argv.begin() + 1 : argv.end(), argv.end()});
+    std::reverse(args.begin(), args.end());
+    try {
+      app_.parse(args);
+    } catch (const CLI::CallForHelp&) {
+      return {0, true, app_.help()};
+    } catch (const CLI::ParseError& e) {
+      throw UsageError(std::string("ddprun: ") + e.what() + " (see ddprun --help)");
+    }
+    if (flag_value("--version")) return {0, true, std::string("ddprun ") + DDPRUN_VERSION + "\n"};
+    script(c);
+    convert(c);
+    std::string msg;
+    for (const auto& w : warnings_) msg += "ddprun: warning: " + w + "\n";
+    return {0, false, msg};
+  }
+
+ private:
+  struct Opt {
+    std::string flag;  // canonical (first) spelling
+    std::string env;   // PET_ name, or "" when the flag has none
+    CLI::Option* cli = nullptr;
+    std::string value;
+    std::string default_text;
+  };
+
+  Opt& add(const std::string& names, const std::string& pet) {
+    std::string canonical = names.substr(0, names.find(','));
+    if (canonical.rfind("--", 0) != 0) canonical = names.substr(names.find(',') + 1);
+    Opt& o = opts_[canonical];
+    o.flag = canonical;
+    o.env = pet.empty() ? "" : "PET_" + pet;
+    return o;
+  }
+  void value(const std::string& names, const std::string& pet, const std::string& help,
+             const std::string& def) {
+    Opt& o = add(names, pet);
+    o.default_text = def;
+    std::string env_note = o.env.empty() ? "" : " [env " + o.env + "]";
+    o.cli = app_.add_option(names, o.value, help + env_note);
+    if (!def.empty()) o.cli->default_str(def);
+  }
+  void flag(const std::string& names, const std::string& pet, const std::string& help) {
+    Opt& o = add(names, pet);
+    o.cli = app_.add_flag(names)->description(help + (o.env.empty() ? "" : " [env " + o.env + "=1]"));
+  }
+
+  // CLI11 2.1 reads "--flag=" (empty value) like "--flag" and takes the next argument as the value; argparse
+  // gives an empty string. Before the script, rewrite "--flag=" to "--flag" "" for options that take a value.
+  std::vector<std::string> split_empty_values(const std::vector<std::string>& in) const {
+    std::vector<std::string> out;
+    size_t i = 0;
+    for (; i < in.size() && in[i] != "--" && in[i].size() >= 2 && in[i][0] == '-'; ++i) {
+      const std::string& a = in[i];
+      auto eq = a.find('=');
+      std::string name = a.substr(0, eq);
+      const CLI::Option* opt = app_.get_option_no_throw(name);
+      if (opt == nullptr || opt->get_items_expected_max() == 0) {  // unknown (an error later) or a flag
+        out.push_back(a);
+      } else if (eq == a.size() - 1 && name.rfind("--", 0) == 0) {
+        out.insert(out.end(), {name, ""});
+      } else if (eq == std::string::npos && i + 1 < in.size()) {
+        out.insert(out.end(), {a, in[i + 1]});  // "--flag value" or "-r value"
+        ++i;
+      } else {
+        out.push_back(a);
+      }
+    }
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(i), in.end());
+    return out;
+  }
+
+  // The value from the command line, else from the PET_ variable (empty = unset), else nullopt.
+  std::optional<Given> given(const std::string& flag) const {
+    const Opt& o = opts_.at(flag);
+    if (o.cli->count() > 0) return Given{o.flag, o.value, ""};
+    if (!o.env.empty()) {
+      auto it = env_.find(o.env);
+      if (it != env_.end() && !it->second.empty()) return Given{o.flag, it->second, o.env};
+    }
+    return std::nullopt;
+  }
+  Given get(const std::string& flag) const {
+    auto g = given(flag);
+    return g ? *g : Given{flag, opts_.at(flag).default_text, ""};
+  }
+  // Flags: present on the command line, or PET_<NAME> is a non-zero integer (torchrun's check_env).
+  bool flag_value(const std::string& flag) const {
+    const Opt& o = opts_.at(flag);
+    if (o.cli->count() > 0) return true;
+    auto g = given(flag);
+    if (!g) return false;
+    auto v = to_int(g->text);
+    if (!v) fail(*g, "0 or 1");
+    return *v != 0;
+  }
+
+  void script(LaunchConfig& c) {
+    auto missing = app_.missing();
+    if (!missing.empty() && missing.front().first == CLI::detail::Classifier::POSITIONAL_MARK) {
+      missing.erase(missing.begin());  // "ddprun [OPTIONS] -- script ...": the marker is not the script
+    }
+    if (missing.empty()) {
+      throw UsageError(
+          "ddprun: missing the training script (usage: ddprun [OPTIONS] training_script [args...])");
+    }
+    if (missing.front().first != CLI::detail::Classifier::NONE) {
+      throw UsageError("ddprun: unrecognized option '" + missing.front().second + "' (see ddprun --help)");
+    }
+    c.training_script = missing.front().second;
+    c.training_script_args.clear();
+    for (size_t i = 1; i < missing.size(); ++i) c.training_script_args.push_back(missing[i].second);
+  }
+
+  void nnodes(LaunchConfig& c) {
+    Given g = get("--nnodes");
+    auto parts = split(g.text, ':');
+    std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
+    if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
+      fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
+    }
+    c.min_nodes = static_cast<int>(*lo);
+    c.max_nodes = static_cast<int>(*hi);
+  }
+
+  void nproc(LaunchConfig& c) {
+    Given g = get("--nproc_per_node");
+    c.nproc_spec = trim(g.text);
+    auto cpus = [] { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); };
+    auto gpus = [&] { return gpu_count_ ? gpu_count_() : count_cuda_devices(); };
+    if (c.nproc_spec == "cpu") {
+      c.nproc_per_node = cpus();
+    } else if (c.nproc_spec == "gpu") {
+      c.nproc_per_node = gpus();
+      if (c.nproc_per_node <= 0) {
+        throw UsageError("ddprun: --nproc_per_node=gpu but no CUDA device is visible" +
+                         (g.env.empty() ? std::string() : " (from " + g.env + ")"));
+      }
+    } else if (c.nproc_spec == "auto") {
+      int n = gpus();
+      c.nproc_per_node = n > 0 ? n : cpus();
+    } else {
+      auto v = to_int(g.text);
+      if (!v || *v < 1 || *v > 1'000'000) fail(g, "a positive integer, cpu, gpu or auto");
+      c.nproc_per_node = static_cast<int>(*v);
+    }
+  }
+
+  void rendezvous(LaunchConfig& c) {
+    Given backend = get("--rdzv_backend");
+    if (backend.text.rfind("etcd", 0) == 0)
+      fail(backend, "static or c10d (etcd is not supported by ddprun; use c10d)");
+    c.rdzv_backend = one_of(backend, {"static", "c10d"});
+    Given id = get("--rdzv_id");
+    if (id.text.empty()) fail(id, "a non-empty id");
+    c.rdzv_id = id.text;
+    c.rdzv_conf = parse_rdzv_conf(get("--rdzv_conf"));
+    c.standalone = flag_value("--standalone");
+    if (c.standalone) {
+      for (const char* f : {"--rdzv_backend", "--rdzv_endpoint"}) {
+        if (auto g = given(f)) warnings_.push_back(std::string("--standalone ignores ") + f + "=" + g->text);
+      }
+      if (c.min_nodes != 1 || c.max_nodes != 1) {
+        throw UsageError("ddprun: --standalone runs one node; it cannot be used with --nnodes=" +
+                         get("--nnodes").text);
+      }
+      c.rdzv_backend = "c10d";
+      c.rdzv_endpoint = "localhost:0";
+      return;
+    }
+    Given ep = get("--rdzv_endpoint");
+    c.rdzv_endpoint = trim(ep.text);
+    if (!c.rdzv_endpoint.empty()) {
+      std::string err;
+      auto port = c.rdzv_backend == "c10d" ? std::optional<uint16_t>(29400) : std::nullopt;
+      if (!rdzv::parse_endpoint(c.rdzv_endpoint, port, err)) {
+        std::string err_prefix = "invalid endpoint '" + c.rdzv_endpoint + "': ";
+        if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
+        if (err.rfind("no port", 0) == 0) fail(ep, "host:port (the static backend needs a port)");
+        fail_because(ep, err);
+      }
+    }
+    if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
+      throw UsageError(
+          "ddprun: --nnodes=" + get("--nnodes").text +
+          " (a node range) needs --rdzv_backend=c10d; the static backend needs a fixed node count");
+    }
+  }
+
+  void master(LaunchConfig& c) {
+    Given addr = get("--master_addr");
+    std::string err;
+    if (rdzv::parse_endpoint(trim(addr.text), std::nullopt, err))
+      fail(addr, "a host without port (use --master_port)");
+    auto ep = rdzv::parse_endpoint(trim(addr.text), 1, err);
+    if (!ep) fail(addr, "a host name or address: " + err);
+    c.master_addr = ep->host;
+    Given port = get("--master_port");
+    auto p = rdzv::parse_port(trim(port.text));
+    if (!p) fail(port, "a port number in 0..65535");
+    c.master_port = *p;
+    c.master_port_given = given("--master_port").has_value();
+    Given rank = get("--node_rank");
+    c.node_rank = int_at_least(rank, 0);
+    if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes) {
+      fail(rank, "a node rank in 0.." + std::to_string(c.max_nodes - 1) +
+                     " (--nnodes=" + get("--nnodes").text + ")");
+    }
+    if (auto g = given("--local_addr")) c.local_addr = trim(g->text);
+  }
+
+  void launch(LaunchConfig& c) {
+    c.max_restarts = int_at_least(get("--max_restarts"), 0);
+    c.monitor_interval = seconds(get("--monitor_interval"));
+    c.start_method = one_of(get("--start_method"), {"spawn", "fork", "forkserver"});
+    Given role = get("--role");
+    if (role.text.empty()) fail(role, "a non-empty role name");
+    c.role = role.text;
+    c.module = flag_value("--module");
+    c.no_python = flag_value("--no_python");
+    c.run_path = flag_value("--run_path");
+    if (c.run_path && (c.module || c.no_python)) {
+      warnings_.push_back("--run_path takes precedence over " + std::string(c.module ? "-m" : "--no_python"));
+    } else if (c.module && c.no_python) {
+      throw UsageError("ddprun: --no_python and -m/--module cannot be used together");
+    }
+    if (auto g = given("--logs_specs")) {
+      throw UsageError(
+          "ddprun: --logs_specs=" + g->text +
+          " is not supported by ddprun (LogsSpecs are Python plugins); use --log_dir, -r and -t");
+    }
+    c.log_dir = get("--log_dir").text;
+    Given redirects = get("--redirects"), tee = get("--tee");
+    auto r = parse_std_spec(trim(redirects.text)), t = parse_std_spec(trim(tee.text));
+    if (!r) fail(redirects, "0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,... like 0:1,1:2");
+    if (!t) fail(tee, "0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,... like 0:1,1:2");
+    c.redirects = *r;
+    c.tee = *t;
+    c.local_ranks_filter.reset();
+    Given filter = get("--local_ranks_filter");
+    if (!trim(filter.text).empty()) {
+      std::set<int> ranks;
+      for (const auto& item : split(filter.text, ',')) {
+        auto v = to_int(item);
+        if (!v || *v < 0 || *v > 1'000'000) fail(filter, "local ranks >= 0, comma-separated, like 0,2");
+        ranks.insert(static_cast<int>(*v));
+      }
+      c.local_ranks_filter = ranks;
+    }
+    c.signals_to_handle = parse_signals(get("--signals_to_handle"));
+    c.shutdown_timeout = seconds(get("--shutdown_timeout"));
+    c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
+    c.python = get("--python").text;
+    if (!given("--python")) {
+      for (const char* var : {"DDPRUN_PYTHON", "PYTHON_EXEC"}) {
+        auto it = env_.find(var);
+        if (it != env_.end() && !it->second.empty()) {
+          c.python = it->second;
+          break;
+        }
+      }
+    }
+    if (c.python.empty()) fail(get("--python"), "a Python interpreter path or name");
+    c.dry_run = flag_value("--dry_run");
+    Given level = get("--log_level");
+    if (level.text == "warning") level.text = "warn";
+    c.log_level = one_of(level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  }
+
+  void convert(LaunchConfig& c) {
+    nnodes(c);
+    nproc(c);
+    rendezvous(c);
+    master(c);
+    launch(c);
+  }
+
+  ArgApp app_{"", "ddprun"};
+  std::map<std::string, Opt> opts_;
+  const Env& env_;
+  std::function<int()> gpu_count_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace
+
+Std StdSpec::for_rank(int local_rank) const {
+  auto it = per_rank.find(local_rank);
+  return it != per_rank.end() ? it->second : all;
+}
+
+std::optional<StdSpec> parse_std_spec(const std::string& text) {
+  auto digit = [](const std::string& s) -> std::optional<Std> {
+    if (s.size() != 1 || s[0] < '0' || s[0] > '3') return std::nullopt;
+    return static_cast<Std>(s[0] - '0');
+  };
+  StdSpec spec;
+  if (auto v = digit(text)) {
+    spec.all = *v;
+    return spec;
+  }
+  for (const auto& item : split(text, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos || colon == 0) return std::nullopt;
+    std::string rank = item.substr(0, colon);
+    if (rank.size() > 7 || rank.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    auto v = digit(item.substr(colon + 1));
+    if (!v) return std::nullopt;
+    spec.per_rank[std::stoi(rank)] = *v;
+  }
+  return spec;
+}
+
+std::string substitute_local_rank(const std::string& arg, int local_rank) {
+  const std::string rank = std::to_string(local_rank);
+  auto ident_char = [](char ch, bool first) {
+    return ch == '_' || std::isalpha(static_cast<unsigned char>(ch)) ||
+           (!first && std::isdigit(static_cast<unsigned char>(ch)));
+  };
+  std::string out;
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$' || i + 1 == arg.size()) {
+      out += arg[i++];
+      continue;
+    }
+    if (arg[i + 1] == '$') {  // "$$" is an escaped "$"
+      out += '$';
+      i += 2;
+      continue;
+    }
+    bool braced = arg[i + 1] == '{';
+    size_t start = i + 1 + (braced ? 1 : 0), end = start;
+    while (end < arg.size() && ident_char(arg[end], end == start)) ++end;
+    std::string name = arg.substr(start, end - start);
+    bool closed = !braced || (end < arg.size() && arg[end] == '}');
+    if (name == "local_rank" && closed) {
+      out += rank;
+      i = end + (braced ? 1 : 0);
+    } else {
+      out += arg[i++];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> LaunchConfig::worker_argv(int local_rank) const {
+  std::vector<std::string> argv;
+  if (no_python && !run_path) {
+    argv.push_back(training_script);
+  } else {
+    argv = {python, "-u"};
+    if (module && !run_path) argv.push_back("-m");
+    argv.push_back(substitute_local_rank(training_script, local_rank));
+  }
+  for (const auto& a : training_script_args) argv.push_back(substitute_local_rank(a, local_rank));
+  return argv;
+}
+
+ParseResult parse_launch_config(const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& env,
+                                const std::function<int()>& gpu_count, LaunchConfig& out) {
+  try {
+    LaunchConfig c;
+    Parser parser(env, gpu_count);
+    ParseResult r = parser.run(argv, c);
+    if (!r.should_exit) out = std::move(c);
+    return r;
+  } catch (const UsageError& e) {
+    return {2, true, e.what()};
+  }
+}
+
+int visible_cuda_devices(int physical, const std::optional<std::string>& cuda_visible_devices) {
+  if (!cuda_visible_devices) return physical;
+  std::set<std::string> seen;
+  int count = 0;
+  for (const auto& raw : split(*cuda_visible_devices, ',')) {
+    std::string item = trim(raw);
+    if (item.empty() || !seen.insert(item).second) break;
+    if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) {
+      ++count;
+      continue;
+    }
+    auto v = to_int(item);
+    if (!v || *v < 0 || *v >= physical) break;
+    ++count;
+  }
+  return std::min(count, physical);
+}
+
+int count_cuda_devices() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int physical = 0;
+  for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)e;
+    ++physical;
+  }
+  if (physical == 0) {
+    for (const auto& e : fs::directory_iterator("/dev", ec)) {
+      std::string name = e.path().filename().string();
+      if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+          name.find_first_not_of("0123456789", 6) == std::string::npos) {
+        ++physical;
+      }
+    }
+  }
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  return visible_cuda_devices(physical, cvd ? std::optional<std::string>(cvd) : std::nullopt);
+}
+
+}  // namespace ddprun::launcher

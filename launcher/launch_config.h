@@ -1,0 +1,115 @@
+// LaunchConfig: the validated form of a ddprun command line, and the parser that builds it.
+//
+// ddprun accepts every torchrun flag (docs/cli.md has the table): both spellings (--nproc_per_node and
+// --nproc-per-node), each also read from the environment variable PET_<NAME> (PET_NPROC_PER_NODE) when the
+// flag is absent; a flag on the command line always wins. Everything from the training script on belongs to
+// the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
+//
+// Pure: no processes, sockets or files are touched, except count_cuda_devices() (reads /proc and /dev) and
+// std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state).
+//
+// Errors: a bad command line gives ParseResult{exit_code 2, should_exit true} and one message that starts
+// with "ddprun: ", names the flag (and the PET_ variable when the value came from there), quotes the bad
+// value and says what is expected. Nothing in LaunchConfig is meaningful after an error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// Where a worker's stdout/stderr go besides the console: torchrun's --redirects/--tee values (bit 1 = stdout,
+// bit 2 = stderr).
+enum class Std : uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+// A --redirects/--tee spec: "3" (every local rank) or "0:1,1:2" (per local rank; ranks not listed get kNone).
+struct StdSpec {
+  Std all = Std::kNone;
+  std::map<int, Std> per_rank;
+  Std for_rank(int local_rank) const;
+  bool operator==(const StdSpec&) const = default;
+};
+
+// Parses "N" (0..3) or "LR:N,LR:N,..." (LR >= 0, multi-digit allowed: a superset of torchrun's one digit).
+std::optional<StdSpec> parse_std_spec(const std::string& text);
+
+struct LaunchConfig {
+  int min_nodes = 1, max_nodes = 1;     // --nnodes N or MIN:MAX
+  int nproc_per_node = 1;               // resolved number
+  std::string nproc_spec = "1";         // as given: int|cpu|gpu|auto
+  std::string rdzv_backend = "static";  // static|c10d (etcd*: error "not supported by ddprun; use c10d")
+  std::string rdzv_endpoint;            // host[:port] as given, validated ("" = none; c10d then means
+                                        // localhost:29400 as in torchrun); "localhost:0" with --standalone
+  std::string rdzv_id = "none";
+  // Validated keys only (REFERENCE §2 list). Values normalised: integers in plain decimal, is_host
+  // "true"/"false".
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;       // seconds (accepted for compatibility; ddprun is event-driven)
+  std::string start_method = "spawn";  // spawn|fork|forkserver accepted, all mean exec here
+  std::string role = "default";
+  bool module = false, no_python = false, run_path = false;
+  std::string log_dir;  // "" = none
+  StdSpec redirects, tee;
+  std::optional<std::set<int>> local_ranks_filter;  // "0,2" ; nullopt = all
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";  // host only; brackets of "[::1]" removed
+  uint16_t master_port = 29500;
+  bool master_port_given = false;  // --master_port or PET_MASTER_PORT was given
+  std::string local_addr;
+  // Signal numbers, in the order given, without duplicates. Default
+  // SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (torchrun: the first four). Names (SIGTERM, TERM, sigterm)
+  // or numbers; SIGKILL/SIGSTOP/SIGCHLD rejected.
+  std::vector<int> signals_to_handle;
+  double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
+  double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
+  // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
+  // sys.executable)
+  std::string python = "python3";
+  bool dry_run = false;            // --dry-run / --dry_run
+  std::string log_level = "info";  // --log_level / --log-level: trace|debug|info|warn|error|critical|off
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+
+  bool is_elastic() const { return min_nodes != max_nodes || rdzv_backend == "c10d"; }
+  // argv of worker `local_rank`: python -u [-m] script args (with ${local_rank} substituted), or the
+  // program itself with --no_python; --run_path runs python -u script args. Pure.
+  std::vector<std::string> worker_argv(int local_rank) const;
+};
+
+// should_exit: true for --help/--version (exit_code 0, message = text for stdout) and for errors (exit_code
+// 2, message for stderr). should_exit false: go on; message then holds warnings ("ddprun: warning: ..."
+// lines, for stderr) or is empty.
+struct ParseResult {
+  int exit_code = 0;
+  bool should_exit = false;
+  std::string message;
+};
+
+// argv as from main (argv[0] is the program name); env: the process environment, used for PET_*,
+// DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only for
+// --nproc_per_node gpu|auto (an empty function means count_cuda_devices).
+ParseResult parse_launch_config(const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& env,
+                                const std::function<int()>& gpu_count, LaunchConfig& out);
+
+// Torchrun's ${local_rank} macro (Python string.Template.safe_substitute): "${local_rank}" and "$local_rank"
+// become the rank, "$$" becomes "$", anything else is kept.
+std::string substitute_local_rank(const std::string& arg, int local_rank);
+
+// The number of CUDA devices this process would see: NVIDIA GPUs listed under /proc/driver/nvidia/gpus (or
+// /dev/nvidiaN), narrowed by CUDA_VISIBLE_DEVICES from the real environment. Never loads CUDA.
+int count_cuda_devices();
+
+// The pure part of count_cuda_devices: `physical` devices narrowed by a CUDA_VISIBLE_DEVICES value (nullopt =
+// unset). Like the CUDA runtime, the list is read up to its first invalid entry (a negative or out-of-range
+// index, a duplicate, garbage); GPU-/MIG- UUID entries count as one device each.
+int visible_cuda_devices(int physical, const std::optional<std::string>& cuda_visible_devices);
+
+}  // namespace ddprun::launcher

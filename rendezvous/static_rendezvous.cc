@@ -1,0 +1,194 @@
+#include "rendezvous/static_rendezvous.h"
+
+#include <charconv>
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "rendezvous/endpoint.h"
+
+namespace ddprun::rdzv {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+// ---- RoundStop encoding: "<kind>|<node_rank>|<exit_code>|<detail>" ----------------------------------------
+
+std::string encode_round_stop(const RoundStop& stop) {
+  const char* kind = stop.kind == RoundStop::Kind::kDone     ? "done"
+                     : stop.kind == RoundStop::Kind::kFailed ? "failed"
+                                                             : "shutdown";
+  return std::string(kind) + "|" + std::to_string(stop.node_rank) + "|" + std::to_string(stop.exit_code) + "|" +
+         stop.detail;
+}
+
+std::optional<RoundStop> decode_round_stop(std::string_view text) {
+  RoundStop s;
+  auto next = [&](std::string_view& field) {
+    auto bar = text.find('|');
+    if (bar == std::string_view::npos) return false;
+    field = text.substr(0, bar);
+    text.remove_prefix(bar + 1);
+    return true;
+  };
+  std::string_view kind, node, code;
+  if (!next(kind) || !next(node) || !next(code)) return std::nullopt;
+  if (kind == "done") {
+    s.kind = RoundStop::Kind::kDone;
+  } else if (kind == "failed") {
+    s.kind = RoundStop::Kind::kFailed;
+  } else if (kind == "shutdown") {
+    s.kind = RoundStop::Kind::kShutdown;
+  } else {
+    return std::nullopt;
+  }
+  if (std::from_chars(node.data(), node.data() + node.size(), s.node_rank).ec != std::errc()) return std::nullopt;
+  if (std::from_chars(code.data(), code.data() + code.size(), s.exit_code).ec != std::errc()) return std::nullopt;
+  s.detail = std::string(text);
+  return s;
+}
+
+// ---- StaticRendezvous ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string agent_identity() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+}  // namespace
+
+StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options) : options_(std::move(options)) {
+  std::string connect_host = options_.master_addr;
+  port_ = options_.master_port;
+  if (options_.host_store) {
+    StoreServerOptions so;
+    so.host = options_.bind_host;
+    so.port = options_.master_port;
+    server_ = std::make_unique<StoreServerThread>(so);  // BindError names addr:port
+    port_ = server_->port();
+    spdlog::info("rendezvous {}: hosting the store on {}", options_.run_id, server_->local_endpoint());
+  }
+  StoreClientOptions co;
+  co.connect_timeout = options_.connect_timeout;
+  co.timeout = options_.join_timeout;
+  store_ = std::make_shared<StoreClient>(connect_host, port_, co);
+  watcher_ = std::make_unique<StoreClient>(connect_host, port_, co);
+}
+
+StaticRendezvous::~StaticRendezvous() = default;
+
+std::string StaticRendezvous::key(const std::string& k) const { return "ddprun/" + options_.run_id + "/" + k; }
+
+std::string StaticRendezvous::round_key(int round, const std::string& k) const {
+  return key("r" + std::to_string(round) + "/" + k);
+}
+
+RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
+  if (is_closed()) {
+    throw RendezvousClosedError("rendezvous '" + options_.run_id + "' at " + store_->endpoint() +
+                                " is closed: the job already finished; start a new job with a new --rdzv_id");
+  }
+  const int n = options_.nnodes;
+  const int r = round_.load() + 1;
+  const std::string me = agent_identity();
+  // A second agent with the same --node_rank would make the round complete without a real node.
+  std::string owner = store_->compare_set(round_key(r, "node/" + std::to_string(options_.node_rank)), "", me);
+  if (owner != me) {
+    throw RendezvousClosedError("rendezvous '" + options_.run_id + "': --node_rank " +
+                                std::to_string(options_.node_rank) + " is already taken by agent " + owner +
+                                "; give every node a distinct --node_rank in 0.." + std::to_string(n - 1));
+  }
+  store_->set(round_key(r, "lws/" + std::to_string(options_.node_rank)), std::to_string(local_world_size));
+  int64_t joined = store_->add(round_key(r, "joined"), 1);
+  if (joined == n) store_->set(round_key(r, "complete"), "1");
+
+  const std::string complete = round_key(r, "complete");
+  const auto deadline = Clock::now() + options_.join_timeout;
+  while (true) {
+    auto left = duration_cast<milliseconds>(deadline - Clock::now());
+    try {
+      store_->wait({complete}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
+      break;
+    } catch (const TimeoutError&) {
+      int64_t now_joined = store_->add(round_key(r, "joined"), 0);
+      if (Clock::now() < deadline) {
+        spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for the others at {}", options_.run_id, r,
+                     now_joined, n, store_->endpoint());
+        continue;
+      }
+      std::string missing;
+      for (int i = 0; i < n; ++i) {
+        if (!store_->check({round_key(r, "lws/" + std::to_string(i))})) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+        }
+      }
+      throw RendezvousTimeoutError(
+          "rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": only " +
+          std::to_string(now_joined) + " of " + std::to_string(n) + " nodes joined within " +
+          std::to_string(options_.join_timeout.count() / 1000) + " s at " + store_->endpoint() +
+          "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " + std::to_string(n) +
+          " and the same --master_addr/--master_port");
+    }
+  }
+  std::vector<std::string> lws_keys;
+  for (int i = 0; i < n; ++i) lws_keys.push_back(round_key(r, "lws/" + std::to_string(i)));
+  RendezvousInfo info;
+  info.round = r;
+  info.group_rank = options_.node_rank;
+  info.group_world_size = n;
+  info.store_host = options_.master_addr;
+  info.store_port = port_;
+  for (const auto& v : store_->multi_get(lws_keys)) info.local_world_sizes.push_back(std::stoi(v));
+  round_ = r;
+  return info;
+}
+
+RoundStop StaticRendezvous::stop_round(const RoundStop& stop) {
+  std::string now = store_->compare_set(round_key(round_.load(), "stop"), "", encode_round_stop(stop));
+  auto decoded = decode_round_stop(now);
+  if (!decoded) throw BadReplyError("rendezvous '" + options_.run_id + "': unreadable round stop '" + now + "'");
+  return *decoded;
+}
+
+std::optional<RoundStop> StaticRendezvous::wait_round_stopped(milliseconds timeout) {
+  std::string k = round_key(round_.load(), "stop");
+  try {
+    watcher_->wait({k}, timeout);
+  } catch (const TimeoutError&) {
+    return std::nullopt;
+  }
+  return decode_round_stop(watcher_->get(k));
+}
+
+void StaticRendezvous::node_done() {
+  int r = round_.load();
+  if (store_->add(round_key(r, "done"), 1) == options_.nnodes) {
+    stop_round(RoundStop{RoundStop::Kind::kDone, options_.node_rank, "all nodes succeeded", 0});
+  }
+}
+
+void StaticRendezvous::set_closed() { store_->set(key("closed"), "1"); }
+
+bool StaticRendezvous::is_closed() { return store_->check({key("closed")}); }
+
+void StaticRendezvous::shutdown() {
+  // The store host waits (briefly) until every node has seen the end, so nobody loses the store mid-read.
+  int r = round_.load();
+  try {
+    if (r >= 0) {
+      if (store_->add(round_key(r, "left"), 1) == options_.nnodes) store_->set(round_key(r, "left_all"), "1");
+      if (server_) store_->wait({round_key(r, "left_all")}, std::chrono::seconds(10));
+    }
+  } catch (const StoreError& e) {
+    spdlog::debug("rendezvous {}: shutdown: {}", options_.run_id, e.what());
+  }
+  store_->close();
+  watcher_->close();
+  if (server_) server_->stop();
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,616 @@
+// ddprun-store-bench: a closed-loop load generator for TCPStore servers (ddprun-store and torch's own), in
+// the legacy dialect (torch 1.13 / 2.0 numbering), so the same binary drives both servers.
+//
+//   ddprun-store-bench --port N [--host H] [--clients N] [--op set|get|add] [--seconds S] [--warmup S]
+//                      [--value-bytes B] [--idle N] [--server-pid PID] [--label NAME]
+//
+// What it does, in order, on one thread (one boost::asio::io_context):
+//   1. raises RLIMIT_NOFILE to the hard limit;
+//   2. opens --idle connections and keeps them open, silent, during the whole run (failures are counted,
+//      not fatal);
+//   3. opens --clients connections; client i uses key "/bench/<op>/<i>" (one namespace per op, so an ADD
+//      never meets a value a SET left); for `get` each client first SETs it to --value-bytes bytes;
+//   4. closed loop: every client sends one request, waits for the whole reply, checks it and sends the next;
+//      after --warmup seconds it measures for --seconds seconds, then lets the requests in flight finish;
+//   5. samples the server's memory and open descriptors from /proc/<--server-pid> while every connection is
+//      still open, then sends GETNUMKEYS on every idle connection and counts those that answer;
+//   6. prints one JSON line on stdout and exits.
+//
+// The ops (requests are encoded by rdzv::encode_request, replies read with rdzv::WireReader):
+//   set  SET "/bench/set/<i>" <value>, immediately followed in the same write by GETNUMKEYS. A legacy SET has
+//        no reply, so the GETNUMKEYS reply acknowledges it (a server handles one connection's requests in
+//        order). One op = this pair; requests_per_s counts both requests.
+//   get  GET "/bench/get/<i>" alone. Real torch 1.13 clients send WAIT before every GET; we send no
+//        WAIT, to either server, so that the lookup itself is measured.
+//   add  ADD "/bench/add/<i>" 1; each reply must be the previous one + 1.
+//
+// Output fields: label, op, clients, seconds, value_bytes, ops, ops_per_s, requests_per_s, p50_us, p99_us,
+// max_us, errors (failed connects of active clients, broken connections, wrong replies, timeouts),
+// first_error, idle_requested, idle_connected, idle_alive, and with --server-pid: server_rss_kb_before
+// (before any connection), server_rss_kb and server_hwm_kb (VmRSS and VmHWM after the measurement, every
+// connection still open) and server_fds (its open descriptors then).
+//
+// Exit codes: 0 run completed without errors; 1 errors or a timeout (the JSON line is still printed);
+// 2 bad flags or the host cannot be resolved. Every phase has a deadline, so the program always ends.
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include "rendezvous/wire_codec.h"
+
+namespace ddprun::bench {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
+constexpr double kPrepareTimeoutS = 30;  // pre-setting keys, finishing the requests in flight
+constexpr double kIdleCheckTimeoutS = 60;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  size_t clients = 1;
+  std::string op = "get";
+  double seconds = 3.0;
+  double warmup = 0.5;
+  size_t value_bytes = 64;
+  size_t idle = 0;
+  size_t connect_concurrency = 256;
+  double connect_timeout_s = 60.0;
+  int server_pid = 0;
+  std::string label;
+};
+
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// Memory and descriptors of the server process, from /proc; zeros when unavailable.
+struct ServerSample {
+  int64_t rss_kb = 0;
+  int64_t hwm_kb = 0;
+  int64_t fds = 0;
+};
+
+ServerSample sample_server(int pid) {
+  ServerSample s;
+  if (pid <= 0) return s;
+  std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream status(dir + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    auto field = [&](std::string_view name, int64_t& out) {
+      if (line.starts_with(name)) out = std::stoll(line.substr(name.size()));
+    };
+    field("VmRSS:", s.rss_kb);
+    field("VmHWM:", s.hwm_kb);
+  }
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++s.fds;
+  }
+  return s;
+}
+
+rdzv::Request make(rdzv::Op op, std::string key = {}, std::optional<std::string> value = {},
+                   int64_t delta = 0) {
+  rdzv::Request r;
+  r.op = op;
+  if (!key.empty()) r.keys.push_back(std::move(key));
+  if (value) r.values.push_back(std::move(*value));
+  r.delta = delta;
+  return r;
+}
+
+std::string encode(std::initializer_list<rdzv::Request> requests) {
+  std::string out;
+  for (const auto& r : requests) {
+    if (!rdzv::encode_request(rdzv::Dialect::kLegacy, r, out)) {
+      throw std::logic_error("op missing from the legacy dialect: " + std::string(rdzv::op_name(r.op)));
+    }
+  }
+  return out;
+}
+
+// The reply a request expects: an i64 (ADD, GETNUMKEYS) or a byte vector (GET).
+enum class ReplyKind { kInt, kBytes };
+
+class Bench;
+
+// One connection with at most one request outstanding. Owned by Bench; handlers capture `this`, which is
+// safe because clients outlive every run of the io_context.
+class Client {
+ public:
+  Client(Bench& bench, tcp::socket socket, size_t index)
+      : bench_(bench), socket_(std::move(socket)), index_(index), in_(4096) {}
+
+  // Sends `request` (it must stay alive until the reply) and waits for one reply of `kind`. The result
+  // goes to Bench::on_reply or Bench::on_failure.
+  void issue(const std::string& request, ReplyKind kind);
+  void close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+  bool open() const { return socket_.is_open(); }
+
+  size_t index() const { return index_; }
+  Clock::time_point sent_at() const { return sent_at_; }
+  int64_t int_reply() const { return int_reply_; }
+  const std::string& bytes_reply() const { return bytes_reply_; }
+
+  std::string op_request;           // this client's request for the measured op
+  std::optional<int64_t> last_add;  // the previous ADD reply
+
+ private:
+  void wait_reply();
+  void on_readable(const boost::system::error_code& ec);
+
+  Bench& bench_;
+  tcp::socket socket_;
+  size_t index_;
+  std::vector<uint8_t> in_;
+  size_t have_ = 0;
+  ReplyKind kind_ = ReplyKind::kInt;
+  Clock::time_point sent_at_{};
+  int64_t int_reply_ = 0;
+  std::string bytes_reply_;
+};
+
+class Bench {
+ public:
+  explicit Bench(Options o);  // throws boost::system::system_error when the host does not resolve
+  // Runs every phase and prints the JSON line; returns the exit code.
+  int run();
+
+  void on_reply(Client& c);
+  void on_failure(Client& c, const std::string& what);
+
+ private:
+  enum class Phase { kConnectIdle, kConnectActive, kPrepare, kRun, kIdleCheck, kDone };
+  using Sockets = std::vector<std::unique_ptr<tcp::socket>>;
+
+  // Opens `count` connections, at most connect_concurrency at a time, then calls `done` with them
+  // (nullptr where one failed or was still connecting at the deadline).
+  void connect_many(size_t count, std::function<void(Sockets)> done);
+  void arm_deadline(double seconds, std::function<void()> on_expiry);
+  void start_prepare();
+  void start_run();
+  void client_done();  // a client sends nothing more in this phase
+  void start_idle_check();
+  void finish();
+  void error(const std::string& what) {
+    if (errors_++ == 0) first_error_ = what;
+  }
+  std::string check_reply(Client& c);  // empty when the reply is right
+  nlohmann::ordered_json report() const;
+
+  Options o_;
+  asio::io_context io_{1};
+  tcp::endpoint endpoint_;
+  asio::steady_timer deadline_{io_};
+  asio::steady_timer measure_timer_{io_};
+  Phase phase_ = Phase::kConnectIdle;
+
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<Client>> idle_;
+  size_t outstanding_ = 0;  // clients the current phase still waits for
+  ReplyKind op_reply_ = ReplyKind::kInt;
+  std::vector<std::string> prepare_requests_;
+  std::string ping_request_;
+
+  bool stopping_ = false;
+  Clock::time_point measure_start_{};
+  Clock::time_point measure_end_{};
+  std::vector<uint32_t> latencies_ns_;
+  uint64_t errors_ = 0;
+  std::string first_error_;
+  size_t idle_connected_ = 0;
+  size_t idle_alive_ = 0;
+  ServerSample before_;
+  ServerSample after_;
+};
+
+// ---- Client ----------------------------------------------------------------------------------------------
+
+void Client::issue(const std::string& request, ReplyKind kind) {
+  kind_ = kind;
+  have_ = 0;
+  sent_at_ = Clock::now();
+  boost::system::error_code ec;
+  size_t n = socket_.write_some(asio::buffer(request), ec);  // non-blocking; one send() in practice
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    n = 0;
+    ec = {};
+  }
+  if (ec) {
+    bench_.on_failure(*this, "send: " + ec.message());
+    return;
+  }
+  if (n < request.size()) {
+    asio::async_write(socket_, asio::buffer(request.data() + n, request.size() - n),
+                      [this](const boost::system::error_code& wec, size_t) {
+                        if (wec && wec != asio::error::operation_aborted) close();  // the read then fails
+                      });
+  }
+  wait_reply();
+}
+
+// A readiness wait, then a non-blocking read: no read() is made that could only return EAGAIN.
+void Client::wait_reply() {
+  socket_.async_wait(tcp::socket::wait_read,
+                     [this](const boost::system::error_code& ec) { on_readable(ec); });
+}
+
+void Client::on_readable(const boost::system::error_code& ec) {
+  if (ec) {
+    bench_.on_failure(*this, ec == asio::error::operation_aborted ? "" : "wait: " + ec.message());
+    return;
+  }
+  if (in_.size() - have_ < 1024) in_.resize(in_.size() * 2);
+  boost::system::error_code rec;
+  size_t n = socket_.read_some(asio::buffer(in_.data() + have_, in_.size() - have_), rec);
+  if (rec == asio::error::would_block || rec == asio::error::try_again) {
+    wait_reply();
+    return;
+  }
+  if (rec || n == 0) {
+    bench_.on_failure(*this, rec ? "receive: " + rec.message() : "the server closed the connection");
+    return;
+  }
+  have_ += n;
+  rdzv::WireReader reader(std::span<const uint8_t>(in_.data(), have_));
+  if (kind_ == ReplyKind::kInt) {
+    if (!reader.i64(int_reply_)) {
+      wait_reply();
+      return;
+    }
+  } else {
+    auto st = reader.bytes(bytes_reply_, size_t{1} << 30);
+    if (st == rdzv::WireReader::BytesStatus::kShort) {
+      wait_reply();
+      return;
+    }
+    if (st == rdzv::WireReader::BytesStatus::kTooLong) {
+      bench_.on_failure(*this, "a reply declares a value over 1 GiB");
+      return;
+    }
+  }
+  if (reader.remaining() != 0) {
+    bench_.on_failure(*this, std::to_string(reader.remaining()) + " unexpected bytes after a reply");
+    return;
+  }
+  bench_.on_reply(*this);
+}
+
+// ---- Bench -----------------------------------------------------------------------------------------------
+
+Bench::Bench(Options o) : o_(std::move(o)) {
+  tcp::resolver resolver(io_);
+  endpoint_ = resolver.resolve(o_.host, std::to_string(o_.port)).begin()->endpoint();
+  ping_request_ = encode({make(rdzv::Op::kGetNumKeys)});
+  op_reply_ = o_.op == "get" ? ReplyKind::kBytes : ReplyKind::kInt;
+  latencies_ns_.reserve(static_cast<size_t>(o_.seconds * 400000) + 1024);
+}
+
+void Bench::arm_deadline(double seconds, std::function<void()> on_expiry) {
+  deadline_.expires_after(std::chrono::duration_cast<Clock::duration>(Seconds(seconds)));
+  deadline_.async_wait([cb = std::move(on_expiry)](const boost::system::error_code& ec) {
+    if (!ec) cb();
+  });
+}
+
+void Bench::connect_many(size_t count, std::function<void(Sockets)> done) {
+  struct State {
+    Sockets sockets;
+    std::vector<char> connecting;  // per socket: its connect is in flight
+    size_t next = 0;
+    size_t in_flight = 0;
+    bool finished = false;
+    std::function<void(Sockets)> done;
+  };
+  auto st = std::make_shared<State>();
+  st->sockets.resize(count);
+  st->connecting.resize(count, 0);
+  st->done = std::move(done);
+  auto finish_if_done = [this, st] {
+    if (st->finished || st->in_flight > 0 || st->next < st->sockets.size()) return;
+    st->finished = true;
+    deadline_.cancel();
+    st->done(std::move(st->sockets));
+  };
+  // Starts connects up to the concurrency limit; each completion calls it again.
+  auto launch = std::make_shared<std::function<void()>>();
+  *launch = [this, st, finish_if_done, weak = std::weak_ptr(launch)] {
+    while (!st->finished && st->in_flight < o_.connect_concurrency && st->next < st->sockets.size()) {
+      size_t i = st->next++;
+      ++st->in_flight;
+      st->connecting[i] = 1;
+      st->sockets[i] = std::make_unique<tcp::socket>(io_);
+      st->sockets[i]->async_connect(endpoint_, [this, st, i, finish_if_done,
+                                                launch = weak.lock()](const boost::system::error_code& ec) {
+        --st->in_flight;
+        st->connecting[i] = 0;
+        if (ec) {
+          if (phase_ == Phase::kConnectActive && ec != asio::error::operation_aborted) {
+            error("connect to port " + std::to_string(endpoint_.port()) + ": " + ec.message());
+          }
+          st->sockets[i].reset();
+        }
+        (*launch)();
+      });
+    }
+    finish_if_done();
+  };
+  arm_deadline(o_.connect_timeout_s, [this, st] {
+    if (phase_ == Phase::kConnectActive) error("connecting the clients took over --connect-timeout");
+    st->next = st->sockets.size();  // start no more; abort those in flight
+    for (size_t i = 0; i < st->sockets.size(); ++i) {
+      boost::system::error_code ignored;
+      if (st->connecting[i]) st->sockets[i]->close(ignored);
+    }
+  });
+  (*launch)();
+}
+
+void Bench::start_prepare() {
+  phase_ = Phase::kPrepare;
+  for (auto& c : clients_) {
+    auto key = "/bench/" + o_.op + "/" + std::to_string(c->index());
+    if (o_.op == "set") {
+      c->op_request =
+          encode({make(rdzv::Op::kSet, key, std::string(o_.value_bytes, 'x')), make(rdzv::Op::kGetNumKeys)});
+    } else if (o_.op == "get") {
+      c->op_request = encode({make(rdzv::Op::kGet, key)});
+      prepare_requests_.push_back(
+          encode({make(rdzv::Op::kSet, key, std::string(o_.value_bytes, 'x')), make(rdzv::Op::kGetNumKeys)}));
+    } else {
+      c->op_request = encode({make(rdzv::Op::kAdd, key, std::nullopt, 1)});
+    }
+  }
+  if (prepare_requests_.empty()) {
+    start_run();
+    return;
+  }
+  outstanding_ = clients_.size();
+  arm_deadline(kPrepareTimeoutS, [this] {
+    error("setting the keys took over " + std::to_string(kPrepareTimeoutS) + " s");
+    finish();
+  });
+  for (size_t i = 0; i < clients_.size(); ++i) clients_[i]->issue(prepare_requests_[i], ReplyKind::kInt);
+}
+
+void Bench::start_run() {
+  phase_ = Phase::kRun;
+  deadline_.cancel();
+  outstanding_ = clients_.size();
+  auto start = Clock::now();
+  measure_start_ = start + std::chrono::duration_cast<Clock::duration>(Seconds(o_.warmup));
+  measure_end_ = measure_start_ + std::chrono::duration_cast<Clock::duration>(Seconds(o_.seconds));
+  measure_timer_.expires_at(measure_end_);
+  measure_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    stopping_ = true;
+    arm_deadline(kPrepareTimeoutS, [this] {
+      error("requests in flight at the end took over " + std::to_string(kPrepareTimeoutS) + " s");
+      finish();
+    });
+  });
+  if (clients_.empty()) {
+    client_done();
+    return;
+  }
+  for (auto& c : clients_) c->issue(c->op_request, op_reply_);
+}
+
+std::string Bench::check_reply(Client& c) {
+  if (phase_ == Phase::kPrepare || phase_ == Phase::kIdleCheck || o_.op == "set") {
+    return c.int_reply() >= 0 ? "" : "GETNUMKEYS replied " + std::to_string(c.int_reply());
+  }
+  if (o_.op == "get") {
+    return c.bytes_reply().size() == o_.value_bytes
+               ? ""
+               : "GET replied " + std::to_string(c.bytes_reply().size()) + " bytes, expected " +
+                     std::to_string(o_.value_bytes);
+  }
+  auto expected = c.last_add ? *c.last_add + 1 : c.int_reply();
+  c.last_add = c.int_reply();
+  return c.int_reply() == expected
+             ? ""
+             : "ADD replied " + std::to_string(c.int_reply()) + ", expected " + std::to_string(expected);
+}
+
+void Bench::on_reply(Client& c) {
+  auto now = Clock::now();
+  if (auto wrong = check_reply(c); !wrong.empty()) {
+    on_failure(c, wrong);
+    return;
+  }
+  switch (phase_) {
+    case Phase::kRun:
+      if (now >= measure_start_ && now <= measure_end_) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - c.sent_at()).count();
+        latencies_ns_.push_back(static_cast<uint32_t>(std::min<int64_t>(ns, UINT32_MAX)));
+      }
+      if (!stopping_) {
+        c.issue(c.op_request, op_reply_);
+        return;
+      }
+      break;
+    case Phase::kIdleCheck:
+      ++idle_alive_;
+      break;
+    default:
+      break;
+  }
+  client_done();
+}
+
+void Bench::on_failure(Client& c, const std::string& what) {
+  if (phase_ == Phase::kDone) return;
+  c.close();
+  // An idle connection that does not answer the final check is simply not alive; anything else is an error.
+  if (phase_ != Phase::kIdleCheck && !what.empty()) error(what);
+  client_done();
+}
+
+void Bench::client_done() {
+  if (outstanding_ > 0) --outstanding_;
+  if (outstanding_ > 0) return;
+  if (phase_ == Phase::kPrepare) {
+    start_run();
+  } else if (phase_ == Phase::kRun) {
+    measure_timer_.cancel();
+    if (!stopping_) measure_end_ = Clock::now();  // every client failed early
+    deadline_.cancel();
+    start_idle_check();
+  } else if (phase_ == Phase::kIdleCheck) {
+    finish();
+  }
+}
+
+void Bench::start_idle_check() {
+  after_ = sample_server(o_.server_pid);  // every connection is still open here
+  phase_ = Phase::kIdleCheck;
+  outstanding_ = idle_.size();
+  if (idle_.empty()) {
+    finish();
+    return;
+  }
+  arm_deadline(kIdleCheckTimeoutS, [this] { finish(); });
+  for (auto& c : idle_) c->issue(ping_request_, ReplyKind::kInt);
+}
+
+void Bench::finish() {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  io_.stop();
+}
+
+nlohmann::ordered_json Bench::report() const {
+  auto lat = latencies_ns_;
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) -> double {
+    if (lat.empty()) return 0;
+    size_t i = std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())));
+    return std::round(lat[i] / 100.0) / 10.0;  // µs with one decimal
+  };
+  double window = std::max(1e-9, Seconds(measure_end_ - measure_start_).count());
+  double ops_per_s = static_cast<double>(lat.size()) / window;
+  nlohmann::ordered_json j;
+  j["label"] = o_.label;
+  j["op"] = o_.op;
+  j["clients"] = o_.clients;
+  j["seconds"] = o_.seconds;
+  j["value_bytes"] = o_.value_bytes;
+  j["ops"] = lat.size();
+  j["ops_per_s"] = std::round(ops_per_s);
+  j["requests_per_s"] = std::round(ops_per_s * (o_.op == "set" ? 2 : 1));
+  j["p50_us"] = pct(0.50);
+  j["p99_us"] = pct(0.99);
+  j["max_us"] = lat.empty() ? 0.0 : std::round(lat.back() / 100.0) / 10.0;
+  j["errors"] = errors_;
+  j["first_error"] = first_error_;
+  j["idle_requested"] = o_.idle;
+  j["idle_connected"] = idle_connected_;
+  j["idle_alive"] = idle_alive_;
+  if (o_.server_pid > 0) {
+    j["server_rss_kb_before"] = before_.rss_kb;
+    j["server_rss_kb"] = after_.rss_kb;
+    j["server_hwm_kb"] = after_.hwm_kb;
+    j["server_fds"] = after_.fds;
+  }
+  return j;
+}
+
+int Bench::run() {
+  before_ = sample_server(o_.server_pid);
+  connect_many(o_.idle, [this](Sockets sockets) {
+    for (auto& s : sockets) {
+      if (!s) continue;
+      s->non_blocking(true);
+      idle_.push_back(std::make_unique<Client>(*this, std::move(*s), idle_.size()));
+    }
+    idle_connected_ = idle_.size();
+    phase_ = Phase::kConnectActive;
+    connect_many(o_.clients, [this](Sockets sockets) {
+      for (auto& s : sockets) {
+        if (!s) continue;  // the error is already counted
+        s->set_option(tcp::no_delay(true));
+        s->non_blocking(true);
+        clients_.push_back(std::make_unique<Client>(*this, std::move(*s), clients_.size()));
+      }
+      if (clients_.size() < o_.clients) {
+        finish();  // the failed connects are counted as errors
+        return;
+      }
+      start_prepare();
+    });
+  });
+  io_.run();
+  std::cout << report().dump() << std::endl;
+  return errors_ == 0 && phase_ == Phase::kDone ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ddprun::bench
+
+int main(int argc, char** argv) {
+  using ddprun::bench::Options;
+  CLI::App app{"ddprun-store-bench: closed-loop load on a TCPStore server, legacy dialect"};
+  Options o;
+  app.add_option("--host", o.host, "Server address");
+  app.add_option("--port", o.port, "Server port")->required()->check(CLI::Range(1, 65535));
+  app.add_option("--clients", o.clients, "Connections sending requests, one outstanding each");
+  app.add_option("--op", o.op, "set (SET + GETNUMKEYS), get (GET alone) or add (ADD 1)")
+      ->check(CLI::IsMember({"set", "get", "add"}));
+  app.add_option("--seconds", o.seconds, "Measured time")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "Unmeasured load before the measurement")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--value-bytes", o.value_bytes, "Size of the values set and read");
+  app.add_option("--idle", o.idle, "Connections opened first and kept open, silent, during the run");
+  app.add_option("--connect-concurrency", o.connect_concurrency, "Connects in flight at once")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connect-timeout", o.connect_timeout_s, "Deadline of each connect phase, seconds")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--server-pid", o.server_pid, "Server process to sample in /proc (memory, descriptors)");
+  app.add_option("--label", o.label, "Name of the server, copied to the output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  ddprun::bench::raise_fd_limit();
+  std::unique_ptr<ddprun::bench::Bench> bench;
+  try {
+    bench = std::make_unique<ddprun::bench::Bench>(o);
+  } catch (const boost::system::system_error& e) {
+    std::cerr << "ddprun-store-bench: cannot resolve " << o.host << ":" << o.port << ": " << e.what() << "\n";
+    return 2;
+  }
+  return bench->run();
+}

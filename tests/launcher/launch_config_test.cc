@@ -1,0 +1,660 @@
+// Unit tests of the ddprun command line: launcher/launch_config.h and launcher/dry_run.h. Pure: no processes.
+#include "launcher/launch_config.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <sstream>
+#include <thread>
+
+#include "launcher/dry_run.h"
+
+namespace {
+
+using namespace ddprun::launcher;
+using Env = std::map<std::string, std::string>;
+using Args = std::vector<std::string>;
+
+struct Outcome {
+  ParseResult result;
+  LaunchConfig config;
+  int gpu_calls = 0;
+};
+
+Outcome parse(const Args& args, const Env& env = {}, int gpus = 0) {
+  Args argv{"ddprun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Outcome o;
+  o.result = parse_launch_config(
+      argv, env,
+      [&] {
+        ++o.gpu_calls;
+        return gpus;
+      },
+      o.config);
+  return o;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string describe(const StdSpec& s) {
+  if (s.per_rank.empty()) return std::to_string(static_cast<int>(s.all));
+  std::vector<std::string> parts;
+  for (const auto& [rank, std] : s.per_rank)
+    parts.push_back(std::to_string(rank) + ":" + std::to_string(int(std)));
+  return join(parts, ",");
+}
+
+// One value flag: all its spellings, its PET_ variable ("" = none), extra arguments it needs, a value, and
+// the config field it sets, printed.
+struct ValueFlag {
+  std::vector<std::string> spellings;
+  std::string pet;
+  Args extra;
+  std::string value;
+  std::function<std::string(const LaunchConfig&)> field;
+  std::string expected;
+};
+
+std::vector<ValueFlag> value_flags() {
+  using C = const LaunchConfig&;
+  auto nodes = [](C c) { return std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes); };
+  auto num = [](auto v) { return std::to_string(v); };
+  auto conf = [](C c) {
+    std::string s;
+    for (const auto& [k, v] : c.rdzv_conf) s += k + "=" + v + ";";
+    return s;
+  };
+  auto filter = [](C c) {
+    if (!c.local_ranks_filter) return std::string("all");
+    std::vector<std::string> s;
+    for (int r : *c.local_ranks_filter) s.push_back(std::to_string(r));
+    return join(s);
+  };
+  auto signals = [](C c) {
+    std::vector<std::string> s;
+    for (int x : c.signals_to_handle) s.push_back(std::to_string(x));
+    return join(s);
+  };
+  // clang-format off
+  return {
+      {{"--nnodes"}, "PET_NNODES", {}, "3", nodes, "3:3"},
+      {{"--nnodes"}, "PET_NNODES", {"--rdzv_backend", "c10d"}, "2:4", nodes, "2:4"},
+      {{"--nproc_per_node", "--nproc-per-node"}, "PET_NPROC_PER_NODE", {}, "4",
+       [=](C c) { return num(c.nproc_per_node) + " " + c.nproc_spec; }, "4 4"},
+      {{"--rdzv_backend", "--rdzv-backend"}, "PET_RDZV_BACKEND", {}, "c10d",
+       [=](C c) { return c.rdzv_backend + num(c.is_elastic()); }, "c10d1"},
+      {{"--rdzv_endpoint", "--rdzv-endpoint"}, "PET_RDZV_ENDPOINT", {}, "10.0.0.1:1234",
+       [](C c) { return c.rdzv_endpoint; }, "10.0.0.1:1234"},
+      {{"--rdzv_endpoint", "--rdzv-endpoint"}, "PET_RDZV_ENDPOINT", {"--rdzv_backend", "c10d"}, "[::1]",
+       [](C c) { return c.rdzv_endpoint; }, "[::1]"},
+      {{"--rdzv_id", "--rdzv-id"}, "PET_RDZV_ID", {}, "job7", [](C c) { return c.rdzv_id; }, "job7"},
+      {{"--rdzv_conf", "--rdzv-conf"}, "PET_RDZV_CONF", {}, "join_timeout=060, is_host=Yes,read_timeout=5", conf,
+       "is_host=true;join_timeout=60;read_timeout=5;"},
+      {{"--max_restarts", "--max-restarts"}, "PET_MAX_RESTARTS", {}, "3", [=](C c) { return num(c.max_restarts); }, "3"},
+      {{"--monitor_interval", "--monitor-interval"}, "PET_MONITOR_INTERVAL", {}, "5",
+       [=](C c) { return num(c.monitor_interval); }, "5.000000"},
+      {{"--start_method", "--start-method"}, "PET_START_METHOD", {}, "fork", [](C c) { return c.start_method; }, "fork"},
+      {{"--role"}, "PET_ROLE", {}, "trainer", [](C c) { return c.role; }, "trainer"},
+      {{"--log_dir", "--log-dir"}, "PET_LOG_DIR", {}, "/tmp/logs", [](C c) { return c.log_dir; }, "/tmp/logs"},
+      {{"-r", "--redirects"}, "PET_REDIRECTS", {}, "3", [](C c) { return describe(c.redirects); }, "3"},
+      {{"-t", "--tee"}, "PET_TEE", {}, "0:1,1:2", [](C c) { return describe(c.tee); }, "0:1,1:2"},
+      {{"--local_ranks_filter", "--local-ranks-filter"}, "PET_LOCAL_RANKS_FILTER", {}, "2,0", filter, "0 2"},
+      {{"--node_rank", "--node-rank"}, "PET_NODE_RANK", {"--nnodes", "2"}, "1", [=](C c) { return num(c.node_rank); }, "1"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "10.1.2.3", [](C c) { return c.master_addr; }, "10.1.2.3"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "[::1]", [](C c) { return c.master_addr; }, "::1"},
+      {{"--master_port", "--master-port"}, "PET_MASTER_PORT", {}, "1234",
+       [=](C c) { return num(c.master_port) + num(c.master_port_given); }, "12341"},
+      {{"--local_addr", "--local-addr"}, "PET_LOCAL_ADDR", {}, "node7", [](C c) { return c.local_addr; }, "node7"},
+      {{"--signals_to_handle", "--signals-to-handle"}, "PET_SIGNALS_TO_HANDLE", {}, "SIGUSR1,15", signals,
+       num(SIGUSR1) + " 15"},
+      {{"--shutdown_timeout", "--shutdown-timeout"}, "PET_SHUTDOWN_TIMEOUT", {}, "2.5",
+       [=](C c) { return num(c.shutdown_timeout); }, "2.500000"},
+      {{"--exit_barrier_timeout", "--exit-barrier-timeout"}, "", {}, "10",
+       [=](C c) { return num(c.exit_barrier_timeout); }, "10.000000"},
+      {{"--python"}, "", {}, "/usr/bin/python3", [](C c) { return c.python; }, "/usr/bin/python3"},
+      {{"--log_level", "--log-level"}, "", {}, "debug", [](C c) { return c.log_level; }, "debug"},
+      {{"--log_level", "--log-level"}, "", {}, "warning", [](C c) { return c.log_level; }, "warn"},
+  };
+  // clang-format on
+}
+
+}  // namespace
+
+TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher][cli]") {
+  auto o = parse({"train.py"});
+  REQUIRE(o.result.exit_code == 0);
+  REQUIRE_FALSE(o.result.should_exit);
+  REQUIRE(o.result.message.empty());
+  const LaunchConfig& c = o.config;
+  CHECK(c.min_nodes == 1);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.nproc_per_node == 1);
+  CHECK(c.nproc_spec == "1");
+  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_endpoint.empty());
+  CHECK(c.rdzv_id == "none");
+  CHECK(c.rdzv_conf.empty());
+  CHECK_FALSE(c.standalone);
+  CHECK(c.max_restarts == 0);
+  CHECK(c.monitor_interval == 0.1);
+  CHECK(c.start_method == "spawn");
+  CHECK(c.role == "default");
+  CHECK_FALSE((c.module || c.no_python || c.run_path || c.dry_run));
+  CHECK(c.log_dir.empty());
+  CHECK(c.redirects == StdSpec{});
+  CHECK(c.tee == StdSpec{});
+  CHECK_FALSE(c.local_ranks_filter.has_value());
+  CHECK(c.node_rank == 0);
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK_FALSE(c.master_port_given);
+  CHECK(c.local_addr.empty());
+  CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
+  CHECK(c.shutdown_timeout == 30);
+  CHECK(c.exit_barrier_timeout == 300);
+  CHECK(c.python == "python3");
+  CHECK(c.log_level == "info");
+  CHECK(c.training_script == "train.py");
+  CHECK(c.training_script_args.empty());
+  CHECK_FALSE(c.is_elastic());
+  CHECK(o.gpu_calls == 0);
+  CHECK(c.worker_argv(0) == Args{"python3", "-u", "train.py"});
+}
+
+TEST_CASE("every value flag: both spellings and flag=value and the PET_ variable", "[launcher][cli]") {
+  auto row = GENERATE(from_range(value_flags()));
+  CAPTURE(row.spellings.back(), row.value);
+  for (const auto& spelling : row.spellings) {
+    CAPTURE(spelling);
+    Args separate = row.extra, joined = row.extra;
+    separate.insert(separate.end(), {spelling, row.value, "train.py"});
+    joined.insert(joined.end(),
+                  {spelling.size() == 2 ? spelling + row.value : spelling + "=" + row.value, "train.py"});
+    for (const auto& args : {separate, joined}) {
+      auto o = parse(args);
+      INFO(o.result.message);
+      REQUIRE(o.result.exit_code == 0);
+      REQUIRE_FALSE(o.result.should_exit);
+      CHECK(row.field(o.config) == row.expected);
+      CHECK(o.config.training_script == "train.py");
+      CHECK(o.config.training_script_args.empty());
+    }
+  }
+  if (!row.pet.empty()) {
+    Args args = row.extra;
+    args.push_back("train.py");
+    auto o = parse(args, {{row.pet, row.value}});
+    INFO(o.result.message);
+    REQUIRE(o.result.exit_code == 0);
+    CHECK(row.field(o.config) == row.expected);
+  }
+}
+
+TEST_CASE("boolean flags: both spellings and PET_ variables (non-zero integer = on)", "[launcher][cli]") {
+  using C = const LaunchConfig&;
+  struct Row {
+    std::vector<std::string> spellings;
+    std::string pet;
+    std::function<bool(C)> field;
+  };
+  auto row = GENERATE(values<Row>({
+      {{"--standalone"}, "PET_STANDALONE", [](C c) { return c.standalone; }},
+      {{"-m", "--module"}, "PET_MODULE", [](C c) { return c.module; }},
+      {{"--no_python", "--no-python"}, "PET_NO_PYTHON", [](C c) { return c.no_python; }},
+      {{"--run_path", "--run-path"}, "PET_RUN_PATH", [](C c) { return c.run_path; }},
+      {{"--dry_run", "--dry-run"}, "", [](C c) { return c.dry_run; }},
+  }));
+  CAPTURE(row.spellings.back());
+  CHECK_FALSE(row.field(parse({"train.py"}).config));
+  for (const auto& spelling : row.spellings) {
+    auto o = parse({spelling, "train.py"});
+    INFO(spelling << ": " << o.result.message);
+    REQUIRE(o.result.exit_code == 0);
+    CHECK(row.field(o.config));
+  }
+  if (!row.pet.empty()) {
+    CHECK(row.field(parse({"train.py"}, {{row.pet, "1"}}).config));
+    CHECK(row.field(parse({"train.py"}, {{row.pet, "2"}}).config));
+    CHECK_FALSE(row.field(parse({"train.py"}, {{row.pet, "0"}}).config));
+    CHECK(row.field(parse({row.spellings.back(), "train.py"}, {{row.pet, "0"}}).config));  // the flag wins
+    auto bad = parse({"train.py"}, {{row.pet, "yes"}});
+    CHECK(bad.result.exit_code == 2);
+    CHECK_THAT(bad.result.message, Catch::Contains(row.pet));
+  }
+}
+
+TEST_CASE("command-line flags win over PET_ variables and empty PET_ variables are ignored",
+          "[launcher][cli]") {
+  auto o = parse({"--nproc_per_node", "2", "--master-port=1", "train.py"},
+                 {{"PET_NPROC_PER_NODE", "4"}, {"PET_MASTER_PORT", "x"}, {"PET_NNODES", ""}});
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.config.nproc_per_node == 2);
+  CHECK(o.config.master_port == 1);
+  CHECK(o.config.min_nodes == 1);
+  // Unrelated variables are not read.
+  auto p = parse({"train.py"}, {{"NNODES", "4"}, {"MASTER_PORT", "1"}, {"nproc_per_node", "3"}});
+  CHECK(p.config.min_nodes == 1);
+  CHECK(p.config.master_port == 29500);
+  CHECK(p.config.nproc_per_node == 1);
+  // A repeated flag: the last one wins, as with argparse.
+  CHECK(parse({"--nproc_per_node", "2", "--nproc-per-node", "3", "train.py"}).config.nproc_per_node == 3);
+}
+
+TEST_CASE("nproc_per_node cpu and gpu and auto", "[launcher][cli]") {
+  const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  struct Row {
+    std::string spec;
+    int gpus;
+    int expected;
+  };
+  auto row = GENERATE_COPY(values<Row>(
+      {{"cpu", 4, cpus}, {"gpu", 4, 4}, {"gpu", 1, 1}, {"auto", 2, 2}, {"auto", 0, cpus}, {"7", 3, 7}}));
+  CAPTURE(row.spec, row.gpus);
+  for (bool from_env : {false, true}) {
+    auto o = from_env ? parse({"train.py"}, {{"PET_NPROC_PER_NODE", row.spec}}, row.gpus)
+                      : parse({"--nproc_per_node", row.spec, "train.py"}, {}, row.gpus);
+    REQUIRE(o.result.exit_code == 0);
+    CHECK(o.config.nproc_per_node == row.expected);
+    CHECK(o.config.nproc_spec == row.spec);
+    CHECK(o.gpu_calls == ((row.spec == "gpu" || row.spec == "auto") ? 1 : 0));
+  }
+  auto none = parse({"--nproc_per_node", "gpu", "train.py"}, {}, 0);
+  CHECK(none.result.exit_code == 2);
+  CHECK(none.result.message == "ddprun: --nproc_per_node=gpu but no CUDA device is visible");
+}
+
+TEST_CASE("bad values: exit code 2 and one message naming the flag and the value", "[launcher][cli]") {
+  struct Row {
+    Args args;
+    Env env;
+    std::vector<std::string> mentions;  // substrings the message must contain
+  };
+  auto row = GENERATE(values<Row>({
+      {{"--nnodes", "0", "t.py"}, {}, {"--nnodes", "'0'", "MIN:MAX"}},
+      {{"--nnodes", "3:2", "t.py"}, {}, {"--nnodes", "'3:2'"}},
+      {{"--nnodes", "a", "t.py"}, {}, {"--nnodes", "'a'"}},
+      {{"--nnodes", "1:0", "t.py"}, {}, {"--nnodes", "'1:0'"}},
+      {{"--nnodes", "1:2:3", "t.py"}, {}, {"--nnodes", "'1:2:3'"}},
+      {{"--nnodes", "1:2", "t.py"}, {}, {"--nnodes=1:2", "c10d"}},
+      {{"t.py"}, {{"PET_NNODES", "0"}}, {"--nnodes", "PET_NNODES", "'0'"}},
+      {{"--nproc_per_node", "0", "t.py"}, {}, {"--nproc_per_node", "'0'", "cpu, gpu or auto"}},
+      {{"--nproc-per-node", "x", "t.py"}, {}, {"--nproc_per_node", "'x'"}},
+      {{"--nproc_per_node=-1", "t.py"}, {}, {"--nproc_per_node", "'-1'"}},
+      {{"--node_rank=-1", "t.py"}, {}, {"--node_rank", "'-1'"}},
+      {{"--nnodes", "2", "--node_rank", "2", "t.py"}, {}, {"--node_rank", "'2'", "0..1"}},
+      {{"--master_port", "65536", "t.py"}, {}, {"--master_port", "'65536'", "0..65535"}},
+      {{"--master_port", "abc", "t.py"}, {}, {"--master_port", "'abc'"}},
+      {{"--master_port=-1", "t.py"}, {}, {"--master_port", "'-1'"}},
+      {{"t.py"}, {{"PET_MASTER_PORT", "http"}}, {"--master_port", "PET_MASTER_PORT"}},
+      {{"--master_addr", "host:80", "t.py"}, {}, {"--master_addr", "'host:80'", "--master_port"}},
+      {{"--master_addr=", "t.py"}, {}, {"--master_addr"}},
+      {{"--rdzv_conf", "bogus=1", "t.py"},
+       {},
+       {"--rdzv_conf", "bogus", "join_timeout", "keep_alive_max_attempt"}},
+      {{"--rdzv_conf", "join_timeout=abc", "t.py"}, {}, {"--rdzv_conf", "join_timeout", "'abc'"}},
+      {{"--rdzv_conf", "join_timeout=0", "t.py"}, {}, {"--rdzv_conf", "positive"}},
+      {{"--rdzv_conf", "join_timeout", "t.py"}, {}, {"--rdzv_conf", "KEY=VALUE"}},
+      {{"--rdzv_conf", "is_host=maybe", "t.py"}, {}, {"--rdzv_conf", "is_host", "'maybe'"}},
+      {{"--rdzv_backend", "etcd", "t.py"}, {}, {"--rdzv_backend", "not supported by ddprun; use c10d"}},
+      {{"--rdzv_backend", "etcd-v2", "t.py"}, {}, {"--rdzv_backend", "use c10d"}},
+      {{"--rdzv_backend", "zookeeper", "t.py"}, {}, {"--rdzv_backend", "static, c10d"}},
+      {{"--rdzv_endpoint", "host", "t.py"}, {}, {"--rdzv_endpoint", "'host'", "port"}},
+      {{"--rdzv_backend", "c10d", "--rdzv_endpoint", "h:x", "t.py"}, {}, {"--rdzv_endpoint", "'h:x'"}},
+      {{"--rdzv_id=", "t.py"}, {}, {"--rdzv_id"}},
+      {{"--redirects", "4", "t.py"}, {}, {"--redirects", "'4'", "0:1,1:2"}},
+      {{"-r", "0:5", "t.py"}, {}, {"--redirects", "'0:5'"}},
+      {{"-r", "a:1", "t.py"}, {}, {"--redirects", "'a:1'"}},
+      {{"--tee", "x", "t.py"}, {}, {"--tee", "'x'"}},
+      {{"-t", "1,2", "t.py"}, {}, {"--tee", "'1,2'"}},
+      {{"--signals_to_handle", "SIGFOO", "t.py"}, {}, {"--signals_to_handle", "SIGFOO"}},
+      {{"--signals_to_handle", "SIGTERM,SIGKILL", "t.py"}, {}, {"--signals_to_handle", "SIGKILL"}},
+      {{"--signals_to_handle", "0", "t.py"}, {}, {"--signals_to_handle", "'0'"}},
+      {{"--signals_to_handle", "SIGTERM,,SIGINT", "t.py"}, {}, {"--signals_to_handle"}},
+      {{"--max_restarts", "-1", "t.py"}, {}, {"--max_restarts", "'-1'"}},
+      {{"--max_restarts", "1.5", "t.py"}, {}, {"--max_restarts", "'1.5'"}},
+      {{"--monitor_interval", "-1", "t.py"}, {}, {"--monitor_interval", "'-1'"}},
+      {{"--shutdown_timeout", "soon", "t.py"}, {}, {"--shutdown_timeout", "'soon'"}},
+      {{"--exit_barrier_timeout", "nan", "t.py"}, {}, {"--exit_barrier_timeout", "'nan'"}},
+      {{"--start_method", "thread", "t.py"}, {}, {"--start_method", "'thread'", "spawn"}},
+      {{"--local_ranks_filter", "0,a", "t.py"}, {}, {"--local_ranks_filter", "'0,a'"}},
+      {{"--log_level", "loud", "t.py"}, {}, {"--log_level", "'loud'"}},
+      {{"--role=", "t.py"}, {}, {"--role"}},
+      {{"--python=", "t.py"}, {}, {"--python"}},
+      {{"--logs_specs", "mine", "t.py"}, {}, {"--logs_specs", "not supported"}},
+      {{"--no_python", "-m", "t.py"}, {}, {"--no_python", "-m"}},
+      {{"--standalone", "--nnodes", "2", "t.py"}, {}, {"--standalone", "--nnodes=2"}},
+      {{"--bogus", "t.py"}, {}, {"--bogus"}},
+      {{"-x", "t.py"}, {}, {"-x"}},
+      {{"--nproc_per_node"}, {}, {"--nproc_per_node"}},
+      {{}, {}, {"training script"}},
+      {{"--nproc_per_node", "2"}, {}, {"training script"}},
+      {{"t.py"}, {{"PET_STANDALONE", "on"}}, {"PET_STANDALONE"}},
+  }));
+  CAPTURE(join(row.args));
+  auto o = parse(row.args, row.env, 1);
+  INFO(o.result.message);
+  CHECK(o.result.exit_code == 2);
+  CHECK(o.result.should_exit);
+  CHECK_THAT(o.result.message, Catch::StartsWith("ddprun: "));
+  CHECK(o.result.message.find('\n') == std::string::npos);  // one message
+  for (const auto& m : row.mentions) CHECK_THAT(o.result.message, Catch::Contains(m));
+  CHECK(o.config.training_script.empty());  // out is left untouched on error
+}
+
+TEST_CASE("everything after the script belongs to the script", "[launcher][cli]") {
+  struct Row {
+    Args args;
+    std::string script;
+    Args script_args;
+    int nproc;
+    bool module;
+  };
+  auto row = GENERATE(values<Row>({
+      {{"--nproc_per_node", "2", "train.py", "--lr", "0.1", "--nproc_per_node", "5"},
+       "train.py",
+       {"--lr", "0.1", "--nproc_per_node", "5"},
+       2,
+       false},
+      {{"train.py", "--help"}, "train.py", {"--help"}, 1, false},
+      {{"train.py", "-m", "--version"}, "train.py", {"-m", "--version"}, 1, false},
+      {{"train.py", "--", "-x", "--"}, "train.py", {"--", "-x", "--"}, 1, false},
+      {{"--", "train.py", "-1"}, "train.py", {"-1"}, 1, false},
+      {{"-m", "pkg.main", "a", "b c", ""}, "pkg.main", {"a", "b c", ""}, 1, true},
+      {{"--nproc-per-node=3", "--module", "torch.distributed.run", "--nproc_per_node", "8"},
+       "torch.distributed.run",
+       {"--nproc_per_node", "8"},
+       3,
+       true},
+      {{"--rdzv_conf=", "--log_dir=", "--nproc_per_node=2", "t.py", "--role="},
+       "t.py",
+       {"--role="},
+       2,
+       false},
+      {{"-r", "1", "--rdzv-conf", "", "t.py", "--log_dir="}, "t.py", {"--log_dir="}, 1, false},
+      {{"/abs/path with space/t.py", "x=${local_rank}"},
+       "/abs/path with space/t.py",
+       {"x=${local_rank}"},
+       1,
+       false},
+  }));
+  CAPTURE(join(row.args));
+  auto o = parse(row.args);
+  INFO(o.result.message);
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.config.training_script == row.script);
+  CHECK(o.config.training_script_args == row.script_args);
+  CHECK(o.config.nproc_per_node == row.nproc);
+  CHECK(o.config.module == row.module);
+}
+
+TEST_CASE("local_rank macro substitution follows Python's Template.safe_substitute", "[launcher][cli]") {
+  struct Row {
+    std::string in;
+    int rank;
+    std::string out;
+  };
+  auto row = GENERATE(values<Row>({
+      {"${local_rank}", 3, "3"},
+      {"--out=/x/${local_rank}/y", 12, "--out=/x/12/y"},
+      {"$local_rank", 0, "0"},
+      {"$local_rank.log", 5, "5.log"},
+      {"$local_rankX", 5, "$local_rankX"},
+      {"$$local_rank", 5, "$local_rank"},
+      {"$${local_rank}", 5, "${local_rank}"},
+      {"${local_rank", 5, "${local_rank"},
+      {"${LOCAL_RANK}", 5, "${LOCAL_RANK}"},
+      {"${other}$HOME", 5, "${other}$HOME"},
+      {"$", 1, "$"},
+      {"a$", 1, "a$"},
+      {"$1", 1, "$1"},
+      {"${local_rank}${local_rank}", 7, "77"},
+      {"no macro", 1, "no macro"},
+  }));
+  CAPTURE(row.in);
+  CHECK(substitute_local_rank(row.in, row.rank) == row.out);
+}
+
+TEST_CASE("worker argv for python -u and -m and no_python and run_path and the interpreter choice",
+          "[launcher][cli]") {
+  struct Row {
+    Args args;
+    Env env;
+    Args argv_rank2;
+    bool warns;
+  };
+  auto row = GENERATE(values<Row>({
+      {{"t.py", "--rank=${local_rank}"}, {}, {"python3", "-u", "t.py", "--rank=2"}, false},
+      {{"-m", "pkg.m", "$local_rank"}, {}, {"python3", "-u", "-m", "pkg.m", "2"}, false},
+      {{"--no_python", "./bin/w${local_rank}", "${local_rank}"}, {}, {"./bin/w${local_rank}", "2"}, false},
+      {{"--run_path", "/abs/t.py", "a"}, {}, {"python3", "-u", "/abs/t.py", "a"}, false},
+      {{"--run_path", "-m", "/abs/t.py"}, {}, {"python3", "-u", "/abs/t.py"}, true},
+      {{"--run_path", "--no_python", "/abs/t.py"}, {}, {"python3", "-u", "/abs/t.py"}, true},
+      {{"data_${local_rank}.py"}, {}, {"python3", "-u", "data_2.py"}, false},
+      {{"--python", "/usr/bin/python3", "t.py"},
+       {{"DDPRUN_PYTHON", "/opt/py"}},
+       {"/usr/bin/python3", "-u", "t.py"},
+       false},
+      {{"t.py"}, {{"DDPRUN_PYTHON", "/opt/py"}, {"PYTHON_EXEC", "/other"}}, {"/opt/py", "-u", "t.py"}, false},
+      {{"t.py"}, {{"PYTHON_EXEC", "/other"}}, {"/other", "-u", "t.py"}, false},
+  }));
+  CAPTURE(join(row.args));
+  auto o = parse(row.args, row.env);
+  REQUIRE(o.result.exit_code == 0);
+  REQUIRE_FALSE(o.result.should_exit);
+  CHECK(o.config.worker_argv(2) == row.argv_rank2);
+  CHECK(o.result.message.empty() != row.warns);
+  if (row.warns) CHECK_THAT(o.result.message, Catch::StartsWith("ddprun: warning: --run_path"));
+}
+
+TEST_CASE("redirects and tee specs", "[launcher][cli]") {
+  struct Row {
+    std::string spec;
+    bool ok;
+    std::vector<Std> ranks_0_to_3;
+  };
+  using S = Std;
+  auto row = GENERATE(values<Row>({
+      {"0", true, {S::kNone, S::kNone, S::kNone, S::kNone}},
+      {"1", true, {S::kOut, S::kOut, S::kOut, S::kOut}},
+      {"2", true, {S::kErr, S::kErr, S::kErr, S::kErr}},
+      {"3", true, {S::kAll, S::kAll, S::kAll, S::kAll}},
+      {"0:1,1:2", true, {S::kOut, S::kErr, S::kNone, S::kNone}},
+      {"3:3", true, {S::kNone, S::kNone, S::kNone, S::kAll}},
+      {"2:1,0:3,2:2", true, {S::kAll, S::kNone, S::kErr, S::kNone}},  // last one wins
+      {"4", false, {}},
+      {"", false, {}},
+      {"01", false, {}},
+      {"0:4", false, {}},
+      {":1", false, {}},
+      {"0:", false, {}},
+      {"0:1,", false, {}},
+      {"-1:1", false, {}},
+      {"1 ", false, {}},
+  }));
+  CAPTURE(row.spec);
+  auto spec = parse_std_spec(row.spec);
+  REQUIRE(spec.has_value() == row.ok);
+  for (int r = 0; r < static_cast<int>(row.ranks_0_to_3.size()); ++r) {
+    CHECK(spec->for_rank(r) == row.ranks_0_to_3[r]);
+  }
+  if (row.ok) CHECK(spec->for_rank(100) == (row.spec.size() == 1 ? row.ranks_0_to_3[0] : Std::kNone));
+  // Through the command line (surrounding blanks are trimmed there).
+  auto o = parse({"--tee", row.spec, "-r", row.spec, "t.py"});
+  CHECK((o.result.exit_code == 0) == (row.ok || row.spec == "1 "));
+}
+
+TEST_CASE("signals_to_handle: names and numbers and order and duplicates", "[launcher][cli]") {
+  struct Row {
+    std::string spec;
+    std::vector<int> sigs;
+  };
+  auto row = GENERATE(values<Row>({
+      {"SIGTERM", {SIGTERM}},
+      {"term", {SIGTERM}},
+      {"sigusr2,SIGUSR1", {SIGUSR2, SIGUSR1}},
+      {" SIGINT , HUP ", {SIGINT, SIGHUP}},
+      {"15,SIGTERM,15", {SIGTERM}},
+      {"SIGTERM,SIGINT,SIGHUP,SIGQUIT", {SIGTERM, SIGINT, SIGHUP, SIGQUIT}},
+      {"SIGWINCH,34", {SIGWINCH, 34}},
+  }));
+  CAPTURE(row.spec);
+  auto o = parse({"--signals-to-handle", row.spec, "t.py"});
+  INFO(o.result.message);
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.config.signals_to_handle == row.sigs);
+}
+
+TEST_CASE(
+    "standalone: single-node c10d on a free port and explicit rendezvous flags overridden with a warning",
+    "[launcher][cli]") {
+  auto o = parse({"--standalone", "--nproc_per_node", "2", "t.py"});
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.result.message.empty());
+  CHECK(o.config.standalone);
+  CHECK(o.config.rdzv_backend == "c10d");
+  CHECK(o.config.rdzv_endpoint == "localhost:0");
+  CHECK(o.config.min_nodes == 1);
+  CHECK(o.config.max_nodes == 1);
+  CHECK(o.config.is_elastic());
+
+  auto w = parse(
+      {"--standalone", "--rdzv_endpoint", "h:1", "--rdzv-backend", "static", "--nnodes", "1:1", "t.py"});
+  REQUIRE(w.result.exit_code == 0);
+  REQUIRE_FALSE(w.result.should_exit);
+  CHECK(w.config.rdzv_endpoint == "localhost:0");
+  CHECK(w.config.rdzv_backend == "c10d");
+  CHECK_THAT(w.result.message, Catch::Contains("ddprun: warning: --standalone ignores --rdzv_endpoint=h:1"));
+  CHECK_THAT(w.result.message, Catch::Contains("--rdzv_backend=static"));
+}
+
+TEST_CASE("c10d endpoints and elasticity", "[launcher][cli]") {
+  auto o = parse({"--nnodes", "1:4", "--rdzv_backend", "c10d", "--rdzv_endpoint", "[fe80::1]:29401",
+                  "--node_rank", "7", "t.py"});
+  REQUIRE(o.result.exit_code == 0);  // node_rank is ignored by the c10d backend, as in torchrun
+  CHECK(o.config.rdzv_endpoint == "[fe80::1]:29401");
+  CHECK(o.config.is_elastic());
+  auto bare = parse({"--rdzv_backend", "c10d", "t.py"});
+  REQUIRE(bare.result.exit_code == 0);
+  CHECK(bare.config.rdzv_endpoint.empty());
+  auto static_ep = parse({"--rdzv_endpoint", "[::1]:5000", "--nnodes", "2", "--node_rank", "1", "t.py"});
+  REQUIRE(static_ep.result.exit_code == 0);
+  CHECK_FALSE(static_ep.config.is_elastic());
+}
+
+TEST_CASE("help and version exit 0 with text", "[launcher][cli]") {
+  auto spelling = GENERATE(as<std::string>{}, "-h", "--help");
+  auto o = parse({"--nproc_per_node", "2", spelling});
+  CHECK(o.result.exit_code == 0);
+  CHECK(o.result.should_exit);
+  for (const char* name : {"training_script", "--nproc_per_node", "--nproc-per-node", "--rdzv_conf",
+                           "-r,--redirects", "PET_NNODES", "--dry-run", "--exit_barrier_timeout"}) {
+    CHECK_THAT(o.result.message, Catch::Contains(name));
+  }
+  auto v = parse({"--version"});
+  CHECK(v.result.exit_code == 0);
+  CHECK(v.result.should_exit);
+  CHECK_THAT(v.result.message, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("visible CUDA devices follow CUDA_VISIBLE_DEVICES like the CUDA runtime", "[launcher][cli]") {
+  struct Row {
+    int physical;
+    std::optional<std::string> cvd;
+    int expected;
+  };
+  auto row = GENERATE(values<Row>({
+      {0, std::nullopt, 0},
+      {8, std::nullopt, 8},
+      {8, "", 0},
+      {8, "-1", 0},
+      {8, "0,1", 2},
+      {8, " 3 , 5 ", 2},
+      {8, "0,9,1", 1},  // stops at the first invalid index
+      {8, "1,1", 1},    // and at a duplicate
+      {2, "0,1,2,3", 2},
+      {2, "GPU-8f5a,GPU-aa11", 2},
+      {1, "MIG-1,MIG-2", 1},
+      {0, "0", 0},
+      {8, "NoDevFiles", 0},
+  }));
+  CAPTURE(row.physical, row.cvd.value_or("<unset>"));
+  CHECK(visible_cuda_devices(row.physical, row.cvd) == row.expected);
+  CHECK(count_cuda_devices() >= 0);
+}
+
+TEST_CASE("dry run plan: header and one block per worker with quoted argv and sorted filtered env",
+          "[launcher][dry_run]") {
+  auto o = parse({"--nnodes", "2", "--node_rank", "1", "--nproc_per_node", "2", "-r", "0:1", "-t", "1:2",
+                  "--local_ranks_filter", "0", "--log_dir", "/tmp/l", "--dry-run", "t.py", "--msg",
+                  "hello world"});
+  REQUIRE(o.result.exit_code == 0);
+  REQUIRE(o.config.dry_run);
+  Plan plan;
+  plan.store_endpoint = "127.0.0.1:29500";
+  plan.node_rank = 1;
+  plan.nnodes = 2;
+  plan.world_size = 4;
+  for (int lr = 0; lr < 2; ++lr) {
+    PlanWorker w;
+    w.local_rank = lr;
+    w.rank = 2 + lr;
+    w.argv = o.config.worker_argv(lr);
+    w.env = {{"RANK", std::to_string(2 + lr)},
+             {"LOCAL_RANK", std::to_string(lr)},
+             {"PATH", "/usr/bin"},
+             {"TORCHELASTIC_RESTART_COUNT", "0"},
+             {"HOME", "/root"},
+             {"MASTER_ADDR", "127.0.0.1"},
+             {"OMP_NUM_THREADS", "1"},
+             {"WORLD_SIZE", "4"}};
+    plan.workers.push_back(w);
+  }
+  std::string text = format_plan(o.config, plan);
+  INFO(text);
+  CHECK_THAT(text, Catch::StartsWith("ddprun dry run: nothing was started\n"));
+  CHECK_THAT(text, Catch::Contains("store 127.0.0.1:29500"));
+  CHECK_THAT(text, Catch::Contains("node_rank 1 of 2 (--nnodes 2), world size 4"));
+  CHECK_THAT(text, Catch::Contains("SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 forwarded"));
+  CHECK_THAT(text,
+             Catch::Contains("worker local_rank 0 (rank 2):\n  argv: python3 -u t.py --msg 'hello world'\n"
+                             "  stdout: file, stderr: console\n"));
+  CHECK_THAT(text, Catch::Contains("worker local_rank 1 (rank 3):"));
+  CHECK_THAT(text, Catch::Contains("stdout: hidden (--local_ranks_filter), stderr: file\n"));
+  CHECK_THAT(text,
+             Catch::Contains("  env:\n    LOCAL_RANK=0\n    MASTER_ADDR=127.0.0.1\n    OMP_NUM_THREADS=1\n"
+                             "    RANK=2\n    TORCHELASTIC_RESTART_COUNT=0\n    WORLD_SIZE=4\n"));
+  CHECK(text.find("PATH=") == std::string::npos);
+  CHECK(text.find("HOME=") == std::string::npos);
+  CHECK(text.back() == '\n');
+}
+
+TEST_CASE("dry run helpers: env filter and shell quoting", "[launcher][dry_run]") {
+  auto [name, shown] = GENERATE(table<std::string, bool>({{"RANK", true},
+                                                          {"LOCAL_WORLD_SIZE", true},
+                                                          {"TORCHELASTIC_RUN_ID", true},
+                                                          {"TORCH_NCCL_ASYNC_ERROR_HANDLING", true},
+                                                          {"DDPRUN_X", true},
+                                                          {"NCCL_DEBUG", true},
+                                                          {"CUDA_VISIBLE_DEVICES", true},
+                                                          {"PATH", false},
+                                                          {"RANKS", false},
+                                                          {"MY_RANK", false},
+                                                          {"TORCH_HOME", false},
+                                                          {"", false}}));
+  CAPTURE(name);
+  CHECK(is_plan_env_var(name) == shown);
+
+  auto [arg, quoted] = GENERATE(table<std::string, std::string>({{"plain", "plain"},
+                                                                 {"--lr=0.1", "--lr=0.1"},
+                                                                 {"a b", "'a b'"},
+                                                                 {"", "''"},
+                                                                 {"it's", "'it'\\''s'"},
+                                                                 {"$HOME", "'$HOME'"},
+                                                                 {"/p/x.py", "/p/x.py"}}));
+  CAPTURE(arg);
+  CHECK(shell_quote(arg) == quoted);
+}
