@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""A real DDP training job for ddprun (or torchrun): a small MLP on synthetic regression data, gloo on CPUs.
+
+Run under a launcher, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... :
+    ddprun --standalone --nproc_per_node 4 scripts/examples/ddp_train.py --steps 200
+
+Every rank draws its own shard of a fixed synthetic dataset, DDP averages the gradients, and at the end the
+ranks compare a checksum of their parameters (they must be identical). Options for tests: --out DIR writes
+<DIR>/rank<R>.json with the checksum; --fail-rank/--fail-step/--fail-attempt make one rank crash once;
+--checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--out", help="directory for per-rank result files")
+    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--fail-step", type=int, default=-1)
+    p.add_argument("--fail-attempt", type=int, default=0, help="restart attempt in which --fail-rank crashes")
+    p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--log-every", type=int, default=50)
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    assert dist.get_rank() == rank and dist.get_world_size() == world
+
+    torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
+    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    start = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+        if rank == 0:
+            print(f"resumed from {args.checkpoint} at step {start}", flush=True)
+
+    gen = torch.Generator().manual_seed(99)
+    true_w = torch.randn(32, 1, generator=gen)
+    data_gen = torch.Generator().manual_seed(1000 + rank)
+    t0 = time.time()
+    loss = torch.tensor(0.0)
+    for step in range(start, args.steps):
+        x = torch.randn(args.batch, 32, generator=data_gen)
+        y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        if rank == args.fail_rank and step == args.fail_step and attempt == args.fail_attempt:
+            print(f"rank {rank}: failing on purpose at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
+            sys.exit(13)
+        if rank == 0 and args.checkpoint and (step + 1) % args.save_every == 0:
+            tmp = args.checkpoint + ".tmp"
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+            os.replace(tmp, args.checkpoint)
+        if rank == 0 and (step + 1) % args.log_every == 0:
+            rate = (step + 1 - start) * args.batch * world / (time.time() - t0)
+            print(f"step {step + 1}/{args.steps} loss {loss.item():.5f} ({rate:.0f} samples/s)", flush=True)
+
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    sums = [None] * world
+    dist.all_gather_object(sums, checksum)
+    identical = all(s == sums[0] for s in sums)
+    if rank == 0:
+        print(f"done: {world} ranks, final loss {loss.item():.5f}, parameters identical: {identical}", flush=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "world_size": world, "attempt": attempt, "checksum": checksum,
+                       "identical": identical, "loss": loss.item(), "local_rank": int(os.environ["LOCAL_RANK"]),
+                       "group_rank": int(os.environ["GROUP_RANK"])}, f)
+    dist.destroy_process_group()
+    return 0 if identical else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
