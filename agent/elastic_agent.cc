@@ -101,7 +101,8 @@ class ElasticAgent::Loop {
     std::vector<WorkerLogPaths> paths;
     std::vector<int> ranks;
   };
-  enum class Outcome { kSucceeded, kRestart, kExit };
+  // kRestart: a failure, counted against max_restarts. kRejoin: a membership change, not counted.
+  enum class Outcome { kSucceeded, kRestart, kRejoin, kExit };
 
   template <typename F>
   auto on_io(F f) -> decltype(f()) {
@@ -200,10 +201,12 @@ std::vector<WorkerLaunch> ElasticAgent::Loop::launches(const Round& round) {
                        .group_rank = round.info.group_rank,
                        .group_world_size = round.info.group_world_size,
                        .role = config_.role};
-    who.world_size = assign_ranks(round.info.local_world_sizes, round.info.group_rank).world_size;
+    who.world_size = round.info.world_size;
     RoundEnv env{.master_addr = round.info.store_host,
                  .master_port = round.info.store_port,
-                 .restart_count = restart_count_,
+                 // Every round is a new attempt for the workers (fresh "/worker/attempt_<n>" keys), also
+                 // after a membership change that does not count against max_restarts.
+                 .restart_count = round.info.round,
                  .max_restarts = config_.max_restarts,
                  .run_id = rdzv_->run_id(),
                  .use_agent_store = true,
@@ -309,17 +312,27 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         failures.push_back(failure_of(round, e));
         spdlog::error("worker local_rank {} (rank {}, pid {}) failed: {}", e.local_rank, failures.back().rank,
                       e.pid, e.status.describe());
-        publish(RoundStop{RoundStop::Kind::kFailed, node,
-                          "rank " + std::to_string(failures.back().rank) + " on " + hostname() + ": " +
-                              e.status.describe(),
-                          e.status.shell_code()});
+        if (auto dead = rdzv_->unresponsive_nodes(); !dead.empty()) {
+          // The failure is the echo of a lost node: re-form without it, not counted as a restart.
+          std::string which;
+          for (int d : dead) which += (which.empty() ? "" : ", ") + std::to_string(d);
+          publish(RoundStop{RoundStop::Kind::kMembership, node, "node(s) " + which + " lost", 0});
+          failures.clear();
+        } else {
+          publish(RoundStop{RoundStop::Kind::kFailed, node,
+                            "rank " + std::to_string(failures.back().rank) + " on " + hostname() + ": " +
+                                e.status.describe(),
+                            e.status.shell_code()});
+        }
         stopping = true;
         begin_stop(SIGTERM);
         break;
       case Event::Kind::kRoundStopped:
         if (!stop) stop = e.stop;
         if (stop->kind != RoundStop::Kind::kDone && stop->node_rank != node) {
-          spdlog::warn("node {} ended round {}: {}", stop->node_rank, round.info.round, stop->detail);
+          spdlog::warn("round {} ended by {}: {}", round.info.round,
+                       stop->node_rank >= 0 ? "node " + std::to_string(stop->node_rank) : std::string("a new node"),
+                       stop->detail);
         }
         barrier_deadline.reset();
         if (!stopping) {
@@ -372,6 +385,10 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
           exit_code = kExitSuccess;
           return Outcome::kSucceeded;
         }
+        if (stop->kind == RoundStop::Kind::kMembership) {
+          spdlog::info("membership changed ({}): joining the next round", stop->detail);
+          return Outcome::kRejoin;
+        }
         if (stop->kind == RoundStop::Kind::kShutdown) {
           exit_code = stop->exit_code;
           ended_by_signal_ = true;
@@ -384,6 +401,7 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
           exit_code = root.signal != 0 ? 128 + root.signal : root.exit_code;
         }
         if (exit_code == 0) exit_code = 1;
+        if (stop->node_rank == node) rdzv_->note_local_failure();
         return restart_count_ < config_.max_restarts ? Outcome::kRestart : Outcome::kExit;
     }
   }
@@ -422,13 +440,12 @@ int ElasticAgent::Loop::run() {
       spdlog::error("rendezvous failed: {}", e.what());
       return kExitRendezvousFailed;
     }
-    auto ranks = assign_ranks(round.info.local_world_sizes, round.info.group_rank);
-    for (int lr = 0; lr < nproc; ++lr) round.ranks.push_back(ranks.base_rank + lr);
+    for (int lr = 0; lr < nproc; ++lr) round.ranks.push_back(round.info.base_rank + lr);
     spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.info.round, round.info.group_rank,
-                 round.info.group_world_size, ranks.base_rank, ranks.base_rank + nproc - 1, ranks.world_size,
-                 round.info.store_host, round.info.store_port);
+                 round.info.group_world_size, round.info.base_rank, round.info.base_rank + nproc - 1,
+                 round.info.world_size, round.info.store_host, round.info.store_port);
     try {
-      round.paths = layout_->create_attempt(restart_count_, nproc);
+      round.paths = layout_->create_attempt(round.info.round, nproc);
     } catch (const std::filesystem::filesystem_error& e) {
       spdlog::error("cannot create the attempt's log directories: {}", e.what());
       return kExitSpawnFailed;
@@ -458,6 +475,7 @@ int ElasticAgent::Loop::run() {
       return kExitSpawnFailed;
     }
     Outcome outcome = supervise(round, exit_code);
+    if (outcome == Outcome::kRejoin) continue;
     if (outcome == Outcome::kRestart) {
       ++restart_count_;
       spdlog::warn("restarting the worker group ({} of {} restarts)", restart_count_, config_.max_restarts);

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "agent/elastic_agent.h"
@@ -16,12 +18,20 @@
 #include "launcher/dry_run.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 
 namespace {
 
 using ddprun::launcher::LaunchConfig;
 using ddprun::launcher::Std;
+
+std::string host_tag() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string h(host);
+  return h.substr(0, h.find('.')) + ":" + std::to_string(getpid());
+}
 
 bool has(Std value, Std bit) { return (static_cast<int>(value) & static_cast<int>(bit)) != 0; }
 
@@ -44,7 +54,11 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
   a.signals_to_handle = c.signals_to_handle;
   a.log_dir = c.log_dir;
   if (a.log_dir.empty() && temp_logs_needed) a.log_dir = std::filesystem::temp_directory_path();
-  if (c.max_nodes > 1) a.node_tag = "n" + std::to_string(c.node_rank);
+  if (c.is_elastic() && !c.standalone) {
+    a.node_tag = host_tag();
+  } else if (c.max_nodes > 1) {
+    a.node_tag = "n" + std::to_string(c.node_rank);
+  }
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {
     a.worker_argv.push_back(c.worker_argv(lr));
     Std redirect = c.redirects.for_rank(lr);
@@ -59,6 +73,44 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
     a.outputs.push_back(o);
   }
   return a;
+}
+
+std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
+  if (c.is_elastic() && !c.standalone) {
+    ddprun::rdzv::DynamicRendezvousOptions o;
+    o.run_id = c.rdzv_id;
+    o.min_nodes = c.min_nodes;
+    o.max_nodes = c.max_nodes;
+    std::string error;
+    auto ep = ddprun::rdzv::parse_endpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, error);
+    if (!ep) throw ddprun::rdzv::InvalidArgumentError(error);  // validated by the CLI layer already
+    o.endpoint_host = ep->host;
+    o.endpoint_port = ep->port;
+    if (auto it = c.rdzv_conf.find("is_host"); it != c.rdzv_conf.end()) o.is_host = it->second == "true";
+    o.join_timeout = seconds(conf_seconds(c, "join_timeout", 600));
+    o.last_call_timeout = seconds(conf_seconds(c, "last_call_timeout", 30));
+    o.close_timeout = seconds(conf_seconds(c, "close_timeout", 30));
+    o.keep_alive_interval = seconds(conf_seconds(c, "keep_alive_interval", 5));
+    o.keep_alive_max_attempt = static_cast<int>(conf_seconds(c, "keep_alive_max_attempt", 3));
+    o.read_timeout = seconds(conf_seconds(c, "read_timeout", 60));
+    return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
+  }
+  ddprun::rdzv::StaticRendezvousOptions ro;
+  ro.run_id = c.rdzv_id;
+  ro.node_rank = c.node_rank;
+  ro.nnodes = c.max_nodes;
+  ro.master_addr = c.master_addr;
+  ro.master_port = c.master_port;
+  ro.host_store = c.node_rank == 0;
+  ro.join_timeout = seconds(conf_seconds(c, "join_timeout", 600));
+  ro.connect_timeout = ro.join_timeout;
+  if (c.standalone) {
+    ro.master_addr = "127.0.0.1";
+    ro.master_port = 0;
+    ro.bind_host = "127.0.0.1";
+    ro.host_store = true;
+  }
+  return std::make_unique<ddprun::rdzv::StaticRendezvous>(ro);
 }
 
 int print_plan(const LaunchConfig& c, const ddprun::agent::AgentConfig& a) {
@@ -102,14 +154,12 @@ int main(int argc, char** argv) {
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
 
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  std::string tag = config.max_nodes > 1 ? "ddprun n" + std::to_string(config.node_rank) : "ddprun";
+  // Elastic node ranks are known only after the rendezvous: tag those agents by host and pid instead.
+  std::string tag = config.is_elastic() && !config.standalone ? "ddprun " + host_tag()
+                    : config.max_nodes > 1                     ? "ddprun n" + std::to_string(config.node_rank)
+                                                               : "ddprun";
   spdlog::set_pattern("[%H:%M:%S.%e] " + tag + " %l: %v");
 
-  if (config.is_elastic() && !config.standalone) {
-    std::cerr << "ddprun: --rdzv_backend c10d and --nnodes MIN:MAX (elastic rendezvous) are not available in this "
-                 "version; use a fixed --nnodes N with --node_rank/--master_addr/--master_port (static)\n";
-    return ddprun::agent::kExitUsage;
-  }
   bool temp_logs = config.redirects != ddprun::launcher::StdSpec{} || config.tee != ddprun::launcher::StdSpec{};
   auto agent_cfg = agent_config(config, temp_logs);
   if (config.dry_run) return print_plan(config, agent_cfg);
@@ -118,26 +168,11 @@ int main(int argc, char** argv) {
                  "yourself to tune\n";
   }
 
-  ddprun::rdzv::StaticRendezvousOptions ro;
-  ro.run_id = config.rdzv_id;
-  ro.node_rank = config.node_rank;
-  ro.nnodes = config.max_nodes;
-  ro.master_addr = config.master_addr;
-  ro.master_port = config.master_port;
-  ro.host_store = config.node_rank == 0;
-  ro.join_timeout = seconds(conf_seconds(config, "join_timeout", 600));
-  ro.connect_timeout = ro.join_timeout;
-  if (config.standalone) {
-    ro.master_addr = "127.0.0.1";
-    ro.master_port = 0;
-    ro.bind_host = "127.0.0.1";
-    ro.host_store = true;
-  }
-  std::unique_ptr<ddprun::rdzv::StaticRendezvous> rdzv;
+  std::unique_ptr<ddprun::rdzv::RendezvousHandler> rdzv;
   try {
-    rdzv = std::make_unique<ddprun::rdzv::StaticRendezvous>(ro);
+    rdzv = make_rendezvous(config);
   } catch (const ddprun::rdzv::BindError& e) {
-    spdlog::error("{}; use another --master_port, or --standalone on a single node", e.what());
+    spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node", e.what());
     return ddprun::agent::kExitStoreFailed;
   } catch (const ddprun::rdzv::StoreError& e) {
     spdlog::error("{}", e.what());

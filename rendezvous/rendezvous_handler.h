@@ -34,18 +34,20 @@ class RendezvousTimeoutError : public StoreError {
 };
 
 struct RendezvousInfo {
-  int round = 0;             // 0 for the first attempt, +1 per restart (TORCHELASTIC_RESTART_COUNT)
+  int round = 0;             // 0 for the first round, +1 per new round (failure or membership change)
   int group_rank = 0;        // this node's rank in the round
   int group_world_size = 1;  // nodes in the round
+  int base_rank = 0;         // global rank of this node's local rank 0
+  int world_size = 1;        // workers in the round, all nodes together
   std::string store_host;    // where workers find the agent store (MASTER_ADDR)
   uint16_t store_port = 0;   // (MASTER_PORT)
-  // Per node rank, the number of workers it runs (local world size), in node-rank order.
-  std::vector<int> local_world_sizes;
 };
 
 // Why a round ended, as published by stop_round (first caller wins).
 struct RoundStop {
-  enum class Kind { kDone, kFailed, kShutdown } kind = Kind::kDone;
+  // kDone: every node succeeded. kFailed: a worker failed (counts against --max_restarts). kShutdown: a node
+  // got a signal (no restart). kMembership: a node arrived or died; survivors restart without counting.
+  enum class Kind { kDone, kFailed, kShutdown, kMembership } kind = Kind::kDone;
   int node_rank = -1;  // who stopped it
   std::string detail;  // free text (failing rank and exit code)
   int exit_code = 0;   // the root-cause worker's exit code (kFailed)
@@ -70,6 +72,12 @@ class RendezvousHandler {
   virtual const std::string& run_id() const = 0;
   // Releases the store (the store host keeps serving until the handler is destroyed).
   virtual void shutdown() = 0;
+  // This node's workers caused the failure that ended the round (for the dynamic backend's cooldown).
+  virtual void note_local_failure() {}
+  // Called when a local worker failed, before the failure is published: the node ranks of the round that
+  // look dead (a dead node's peers see its loss first as collective errors). Blocks up to about one
+  // heartbeat interval. Empty when every node is alive or the backend has no liveness information.
+  virtual std::vector<int> unresponsive_nodes() { return {}; }
 };
 
 // Encoding of RoundStop in the store (pure; tested).

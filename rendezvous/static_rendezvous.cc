@@ -16,9 +16,10 @@ using std::chrono::milliseconds;
 // ---- RoundStop encoding: "<kind>|<node_rank>|<exit_code>|<detail>" ----------------------------------------
 
 std::string encode_round_stop(const RoundStop& stop) {
-  const char* kind = stop.kind == RoundStop::Kind::kDone     ? "done"
-                     : stop.kind == RoundStop::Kind::kFailed ? "failed"
-                                                             : "shutdown";
+  const char* kind = stop.kind == RoundStop::Kind::kDone       ? "done"
+                     : stop.kind == RoundStop::Kind::kFailed   ? "failed"
+                     : stop.kind == RoundStop::Kind::kShutdown ? "shutdown"
+                                                               : "membership";
   return std::string(kind) + "|" + std::to_string(stop.node_rank) + "|" + std::to_string(stop.exit_code) + "|" +
          stop.detail;
 }
@@ -40,6 +41,8 @@ std::optional<RoundStop> decode_round_stop(std::string_view text) {
     s.kind = RoundStop::Kind::kFailed;
   } else if (kind == "shutdown") {
     s.kind = RoundStop::Kind::kShutdown;
+  } else if (kind == "membership") {
+    s.kind = RoundStop::Kind::kMembership;
   } else {
     return std::nullopt;
   }
@@ -142,7 +145,14 @@ RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
   info.group_world_size = n;
   info.store_host = options_.master_addr;
   info.store_port = port_;
-  for (const auto& v : store_->multi_get(lws_keys)) info.local_world_sizes.push_back(std::stoi(v));
+  // Global ranks: node ranks in order, base = the sum of the local world sizes of lower nodes.
+  auto sizes = store_->multi_get(lws_keys);
+  info.world_size = 0;
+  for (int i = 0; i < n; ++i) {
+    int lws = std::stoi(sizes[static_cast<size_t>(i)]);
+    if (i < options_.node_rank) info.base_rank += lws;
+    info.world_size += lws;
+  }
   round_ = r;
   return info;
 }

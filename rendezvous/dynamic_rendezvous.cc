@@ -1,0 +1,402 @@
+#include "rendezvous/dynamic_rendezvous.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "rendezvous/endpoint.h"
+
+namespace ddprun::rdzv {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string local_hostname() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    auto pos = text.find(sep, start);
+    out.emplace_back(text.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) return out;
+    start = pos + 1;
+  }
+}
+
+int to_int(const std::string& s, const std::string& what) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) throw BadReplyError("rendezvous: unreadable " + what + " '" + s + "'");
+  return v;
+}
+
+std::string address_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
+  std::vector<size_t> idx(identities.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    bool na = previous[a] < 0, nb = previous[b] < 0;
+    if (na != nb) return nb;  // members of the previous round first
+    if (!na && previous[a] != previous[b]) return previous[a] < previous[b];
+    return identities[a] < identities[b];
+  });
+  std::vector<int> rank(identities.size());
+  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r);
+  return rank;
+}
+
+bool is_local_host(const std::string& host) {
+  if (host == "localhost" || host == local_hostname()) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  std::vector<std::string> wanted;
+  for (auto* p = res; p; p = p->ai_next) {
+    std::string a = address_text(p->ai_addr);
+    if (a.rfind("127.", 0) == 0 || a == "::1") {
+      freeaddrinfo(res);
+      return true;
+    }
+    wanted.push_back(a);
+  }
+  freeaddrinfo(res);
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool found = false;
+  for (auto* i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    std::string a = address_text(i->ifa_addr);
+    found = !a.empty() && std::find(wanted.begin(), wanted.end(), a) != wanted.end();
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options) : options_(std::move(options)) {
+  if (options_.host.empty()) options_.host = local_hostname();
+  if (options_.identity.empty()) options_.identity = options_.host + ":" + std::to_string(::getpid());
+  uint16_t port = options_.endpoint_port;
+  bool host = options_.is_host.value_or(is_local_host(options_.endpoint_host));
+  if (host) {
+    try {
+      StoreServerOptions so;
+      so.port = options_.endpoint_port;
+      server_ = std::make_unique<StoreServerThread>(so);
+      port = server_->port();
+      spdlog::info("rendezvous {}: hosting the store on {}", options_.run_id, server_->local_endpoint());
+    } catch (const BindError& e) {
+      if (options_.is_host.value_or(false)) throw;
+      spdlog::info("rendezvous {}: {} is in use on this host; joining the agent that hosts it", options_.run_id,
+                   format_endpoint(options_.endpoint_host, port));
+    }
+  }
+  options_.endpoint_port = port;
+  StoreClientOptions co;
+  co.connect_timeout = options_.join_timeout;
+  co.timeout = options_.read_timeout;
+  store_ = std::make_shared<StoreClient>(options_.endpoint_host, port, co);
+  watcher_ = std::make_unique<StoreClient>(options_.endpoint_host, port, co);
+}
+
+DynamicRendezvous::~DynamicRendezvous() = default;
+
+std::string DynamicRendezvous::key(const std::string& k) const { return "ddprun/" + options_.run_id + "/" + k; }
+
+std::string DynamicRendezvous::round_key(int round, const std::string& k) const {
+  return key("r" + std::to_string(round) + "/" + k);
+}
+
+int DynamicRendezvous::current_round() {
+  if (!store_->check({key("round")})) return 0;
+  return to_int(store_->get(key("round")), "round");
+}
+
+void DynamicRendezvous::sit_out_if_failing() {
+  if (options_.min_nodes == options_.max_nodes) return;  // nobody could replace this node
+  int64_t failures = store_->add(key("failures/" + options_.host), 0);
+  if (failures < 2) return;
+  auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
+  cooldown = std::min(cooldown, options_.cooldown_max);
+  spdlog::warn("rendezvous {}: the workers on {} caused {} failures; keeping this node out for {} s (the cooldown "
+               "doubles with each further failure)",
+               options_.run_id, options_.host, failures, cooldown.count() / 1000);
+  std::this_thread::sleep_for(cooldown);
+}
+
+void DynamicRendezvous::note_local_failure() { store_->add(key("failures/" + options_.host), 1); }
+
+void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
+  const int min = options_.min_nodes, max = options_.max_nodes;
+  const std::string closed = round_key(r, "closed");
+  const std::string joined = round_key(r, "joined");
+  auto close = [&](int64_t count) {
+    count = std::min<int64_t>(count, max);
+    std::string won = store_->compare_set(closed, "", std::to_string(count));
+    if (won != std::to_string(count)) return;  // someone else closed it
+    // This node closes the round: it alone reads the descriptors and assigns every node its rank.
+    std::vector<std::string> node_keys;
+    for (int64_t i = 0; i < count; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
+    auto descs = store_->multi_get(node_keys);
+    std::vector<std::string> ids;
+    std::vector<int> prev, lws;
+    for (const auto& d : descs) {
+      auto f = split(d, '|');
+      if (f.size() != 3) throw BadReplyError("rendezvous: unreadable node descriptor '" + d + "'");
+      ids.push_back(f[0]);
+      prev.push_back(to_int(f[1], "previous rank"));
+      lws.push_back(to_int(f[2], "local world size"));
+    }
+    auto rank = order_nodes(ids, prev);
+    std::vector<int> by_rank(static_cast<size_t>(count));
+    for (size_t i = 0; i < rank.size(); ++i) by_rank[static_cast<size_t>(rank[i])] = lws[i];
+    std::vector<int> base(static_cast<size_t>(count), 0);
+    for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
+    int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
+    std::vector<std::string> keys, values;
+    for (size_t i = 0; i < rank.size(); ++i) {
+      keys.push_back(round_key(r, "assign/" + std::to_string(i)));
+      values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
+                       std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world));
+    }
+    store_->multi_set(keys, values);
+    store_->set(key("round"), std::to_string(r));
+    spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", options_.run_id, r, count, world);
+  };
+
+  if (index + 1 == min) {
+    // Last call: wait for more nodes up to max, or until the round is full.
+    if (max > min) {
+      spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {} s",
+                   options_.run_id, r, min, min, max - min, options_.last_call_timeout.count() / 1000.0);
+      try {
+        store_->wait({round_key(r, "full")}, options_.last_call_timeout);
+      } catch (const TimeoutError&) {
+      }
+    }
+    close(store_->add(joined, 0));
+    return;
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + options_.join_timeout;
+  while (true) {
+    auto left = duration_cast<milliseconds>(deadline - Clock::now());
+    try {
+      store_->wait({closed}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
+      return;
+    } catch (const TimeoutError&) {
+    }
+    int64_t k = store_->add(joined, 0);
+    if (Clock::now() >= deadline) {
+      std::string names;
+      int64_t shown = std::min<int64_t>(k, 16);
+      std::vector<std::string> node_keys;
+      for (int64_t i = 0; i < shown; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
+      for (const auto& d : store_->multi_get(node_keys)) names += (names.empty() ? "" : ", ") + split(d, '|')[0];
+      if (k > shown) names += ", ...";
+      throw RendezvousTimeoutError("rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": only " +
+                                   std::to_string(k) + " of at least " + std::to_string(min) +
+                                   " nodes joined within " + std::to_string(options_.join_timeout.count() / 1000) +
+                                   " s at " + store_->endpoint() + " (joined: " + names +
+                                   "). Start more nodes with the same --rdzv_endpoint and --rdzv_id, or lower "
+                                   "--nnodes MIN");
+    }
+    if (k >= min && Clock::now() - start > options_.last_call_timeout + options_.close_timeout) {
+      spdlog::warn("rendezvous {} round {}: the node running the last call vanished; closing the round", options_.run_id, r);
+      close(k);
+      continue;
+    }
+    spdlog::info("rendezvous {} round {}: {}/{} joined (max {}), waiting for {} at {}", options_.run_id, r, k, min, max,
+                 k < min ? "more nodes" : "the last call to end", store_->endpoint());
+  }
+}
+
+RendezvousInfo DynamicRendezvous::next_rendezvous(int local_world_size) {
+  auto closed_error = [&] {
+    return RendezvousClosedError("rendezvous '" + options_.run_id + "' at " + store_->endpoint() +
+                                 " is closed: the job already finished; start a new job with a new --rdzv_id");
+  };
+  if (is_closed()) throw closed_error();
+  sit_out_if_failing();
+  int r = std::max(round_.load() + 1, current_round());
+  const auto deadline = Clock::now() + options_.join_timeout;
+  while (true) {
+    if (is_closed()) throw closed_error();
+    int64_t index = store_->add(round_key(r, "joined"), 1) - 1;
+    store_->set(round_key(r, "node/" + std::to_string(index)),
+                options_.identity + "|" + std::to_string(previous_rank_) + "|" + std::to_string(local_world_size));
+    if (index + 1 == options_.max_nodes) store_->set(round_key(r, "full"), "1");
+    if (index < options_.max_nodes) wait_closed_or_close(r, index);
+    int64_t count = index < options_.max_nodes ? to_int(store_->get(round_key(r, "closed")), "node count")
+                                               : options_.max_nodes;
+    if (index < count) {
+      const std::string assign = round_key(r, "assign/" + std::to_string(index));
+      try {
+        store_->wait({assign}, options_.close_timeout);
+      } catch (const TimeoutError&) {
+        spdlog::warn("rendezvous {} round {}: no rank assignment within {} s; starting a new round", options_.run_id, r,
+                     options_.close_timeout.count() / 1000);
+        stop_round_at(r, RoundStop{RoundStop::Kind::kMembership, -1, "closer vanished", 0});
+        ++r;
+        continue;
+      }
+      auto f = split(store_->get(assign), '|');
+      if (f.size() != 4) throw BadReplyError("rendezvous: unreadable assignment");
+      RendezvousInfo info;
+      info.round = r;
+      info.group_rank = to_int(f[0], "rank");
+      info.group_world_size = to_int(f[1], "node count");
+      info.base_rank = to_int(f[2], "base rank");
+      info.world_size = to_int(f[3], "world size");
+      info.store_host = options_.endpoint_host;
+      info.store_port = options_.endpoint_port;
+      rank_ = previous_rank_ = info.group_rank;
+      nodes_ = info.group_world_size;
+      neighbour_beats_ = -1;
+      neighbour_seen_ = next_beat_ = Clock::now();
+      round_ = r;
+      return info;
+    }
+    // Too late for round r.
+    if (count < options_.max_nodes) {
+      spdlog::info("rendezvous {}: round {} runs with {} nodes and has room; asking it to re-form with this node",
+                   options_.run_id, r, count);
+      stop_round_at(r, RoundStop{RoundStop::Kind::kMembership, -1, "node " + options_.identity + " arrived", 0});
+    } else {
+      spdlog::info("rendezvous {}: round {} is full ({} nodes); waiting for it to end", options_.run_id, r, count);
+      auto left = duration_cast<milliseconds>(deadline - Clock::now());
+      try {
+        store_->wait({round_key(r, "stop")}, std::max(milliseconds(1), left));
+      } catch (const TimeoutError&) {
+        throw RendezvousTimeoutError("rendezvous '" + options_.run_id + "': round " + std::to_string(r) +
+                                     " stayed full (" + std::to_string(count) + " nodes = max) for " +
+                                     std::to_string(options_.join_timeout.count() / 1000) + " s at " +
+                                     store_->endpoint());
+      }
+    }
+    ++r;
+  }
+}
+
+RoundStop DynamicRendezvous::stop_round_at(int round, const RoundStop& stop) {
+  std::string now = store_->compare_set(round_key(round, "stop"), "", encode_round_stop(stop));
+  auto decoded = decode_round_stop(now);
+  if (!decoded) throw BadReplyError("rendezvous '" + options_.run_id + "': unreadable round stop '" + now + "'");
+  return *decoded;
+}
+
+RoundStop DynamicRendezvous::stop_round(const RoundStop& stop) { return stop_round_at(round_.load(), stop); }
+
+void DynamicRendezvous::heartbeat_and_check() {
+  int r = round_.load();
+  if (nodes_ <= 1 || rank_ < 0) return;
+  watcher_->add(round_key(r, "hb/" + std::to_string(rank_)), 1);
+  int neighbour = (rank_ + 1) % nodes_;
+  int64_t beats = watcher_->add(round_key(r, "hb/" + std::to_string(neighbour)), 0);
+  auto now = Clock::now();
+  if (beats != neighbour_beats_) {
+    neighbour_beats_ = beats;
+    neighbour_seen_ = now;
+    return;
+  }
+  auto silent = duration_cast<milliseconds>(now - neighbour_seen_);
+  if (silent > options_.keep_alive_interval * options_.keep_alive_max_attempt) {
+    std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
+                         std::to_string(silent.count() / 1000.0).substr(0, 4) + " s";
+    spdlog::warn("rendezvous {} round {}: {}; re-forming without it", options_.run_id, r, detail);
+    watcher_->compare_set(round_key(r, "stop"), "",
+                          encode_round_stop(RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0}));
+  }
+}
+
+std::optional<RoundStop> DynamicRendezvous::wait_round_stopped(milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string k = round_key(round_.load(), "stop");
+  while (true) {
+    auto now = Clock::now();
+    if (now >= next_beat_) {
+      heartbeat_and_check();
+      next_beat_ = now + options_.keep_alive_interval;
+    }
+    auto until = std::min(deadline, next_beat_);
+    try {
+      watcher_->wait({k}, std::max(milliseconds(1), duration_cast<milliseconds>(until - now)));
+      return decode_round_stop(watcher_->get(k));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) return std::nullopt;
+    }
+  }
+}
+
+std::vector<int> DynamicRendezvous::unresponsive_nodes() {
+  int r = round_.load();
+  if (nodes_ <= 1) return {};
+  auto read_all = [&] {
+    std::vector<int64_t> beats;
+    for (int i = 0; i < nodes_; ++i) beats.push_back(store_->add(round_key(r, "hb/" + std::to_string(i)), 0));
+    return beats;
+  };
+  auto before = read_all();
+  std::this_thread::sleep_for(options_.keep_alive_interval + options_.keep_alive_interval / 2);
+  auto after = read_all();
+  std::vector<int> dead;
+  for (int i = 0; i < nodes_; ++i) {
+    if (i != rank_ && after[static_cast<size_t>(i)] == before[static_cast<size_t>(i)]) dead.push_back(i);
+  }
+  return dead;
+}
+
+void DynamicRendezvous::node_done() {
+  int r = round_.load();
+  if (store_->add(round_key(r, "done"), 1) == nodes_) {
+    stop_round(RoundStop{RoundStop::Kind::kDone, rank_, "all nodes succeeded", 0});
+  }
+}
+
+void DynamicRendezvous::set_closed() { store_->set(key("closed"), "1"); }
+
+bool DynamicRendezvous::is_closed() { return store_->check({key("closed")}); }
+
+void DynamicRendezvous::shutdown() {
+  int r = round_.load();
+  try {
+    if (r >= 0 && nodes_ > 0) {
+      if (store_->add(round_key(r, "left"), 1) == nodes_) store_->set(round_key(r, "left_all"), "1");
+      if (server_) store_->wait({round_key(r, "left_all")}, std::chrono::seconds(10));
+    }
+  } catch (const StoreError& e) {
+    spdlog::debug("rendezvous {}: shutdown: {}", options_.run_id, e.what());
+  }
+  store_->close();
+  watcher_->close();
+  if (server_) server_->stop();
+}
+
+}  // namespace ddprun::rdzv
