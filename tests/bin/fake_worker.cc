@@ -1,6 +1,13 @@
 // fake_worker: a stand-in for a training process, for agent tests. Standard library and POSIX only.
 //
 // Flags, applied in this order whatever their order on the command line:
+//   --stamp FILE           append "start <attempt> <local rank> <unix ns>\n" to FILE (one write, O_APPEND);
+//                          the time is CLOCK_REALTIME taken first thing in main(); <attempt> and <local
+//                          rank> are $TORCHELASTIC_RESTART_COUNT and $LOCAL_RANK ("-" when unset)
+//   --crash-on-attempt N   when TORCHELASTIC_RESTART_COUNT == N: local rank 0 appends "crash <attempt> 0
+//                          <unix ns>\n" to the --stamp file (if any) and exits 1 at once; the other local
+//                          ranks sleep until a signal ends them (a group blocked in a collective). On any
+//                          other attempt the flag does nothing
 //   --record-signals FILE  handlers for TERM/INT/HUP/QUIT/USR1/USR2 append "<NAME>\n" to FILE and exit 128+N;
 //                          "ready\n" is appended once they are installed
 //   --ignore-sigterm       SIGTERM is ignored (overrides --record-signals for TERM)
@@ -54,6 +61,8 @@ struct Options {
   bool spawn_grandchild = false;
   std::string pidfile;
   bool error_file = false;
+  std::string stamp;
+  long crash_on_attempt = -1;
 };
 
 const struct {
@@ -155,6 +164,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--spawn-grandchild") o.spawn_grandchild = true;
     else if (a == "--pidfile") o.pidfile = value();
     else if (a == "--error-file") o.error_file = true;
+    else if (a == "--stamp") o.stamp = value();
+    else if (a == "--crash-on-attempt") o.crash_on_attempt = std::stol(value());
     else usage("unknown flag " + a);
   }
   return o;
@@ -163,7 +174,31 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const long long start_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
   const Options o = parse(argc, argv);
+
+  const char* attempt_env = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const char* local_rank_env = std::getenv("LOCAL_RANK");
+  const std::string attempt = attempt_env != nullptr ? attempt_env : "-";
+  const std::string local_rank = local_rank_env != nullptr ? local_rank_env : "-";
+  if (!o.stamp.empty()) {
+    const std::string line = "start " + attempt + " " + local_rank + " " + std::to_string(start_ns) + "\n";
+    append_to(o.stamp.c_str(), line.c_str());
+  }
+  if (o.crash_on_attempt >= 0 && attempt_env != nullptr && std::atol(attempt_env) == o.crash_on_attempt) {
+    if (local_rank == "0") {
+      if (!o.stamp.empty()) {
+        ::clock_gettime(CLOCK_REALTIME, &now);
+        const std::string line =
+            "crash " + attempt + " 0 " + std::to_string(now.tv_sec * 1000000000LL + now.tv_nsec) + "\n";
+        append_to(o.stamp.c_str(), line.c_str());
+      }
+      return 1;
+    }
+    for (;;) ::pause();
+  }
 
   if (!o.record_signals.empty()) {
     g_record_file = o.record_signals.c_str();
@@ -189,8 +224,12 @@ int main(int argc, char** argv) {
       const std::string entry = *e;
       const size_t eq = entry.find('=');
       if (json.size() > 1) json += ", ";
-      json += "\"" + json_escape(entry.substr(0, eq)) + "\": \"" +
-              json_escape(eq == std::string::npos ? "" : entry.substr(eq + 1)) + "\"";
+      // Appended piece by piece: `"literal" + std::string&&` makes GCC 12 at -O3 warn falsely (-Wrestrict).
+      json += '"';
+      json += json_escape(entry.substr(0, eq));
+      json += "\": \"";
+      json += json_escape(eq == std::string::npos ? "" : entry.substr(eq + 1));
+      json += '"';
     }
     write_file(o.dump_env, json + "}\n");
   }

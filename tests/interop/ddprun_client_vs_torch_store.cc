@@ -74,7 +74,8 @@ void check_throws(const std::string& name, const std::function<void()>& fn) {
   check(name, false, "nothing thrown");
 }
 
-// 1 MiB that is not all one byte, so a shifted or truncated copy is caught. The Python runner builds the same.
+// 1 MiB that is not all one byte, so a shifted or truncated copy is caught. The Python runner builds the
+// same.
 std::string big_value() {
   std::string v(1 << 20, '\0');
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>((i * 31 + 7) & 0xff);
@@ -124,12 +125,14 @@ void test_add(StoreClient& s) {
 }
 
 void test_compare_set(StoreClient& s) {
-  check_eq("compare_set missing+empty expected stores desired", s.compare_set("cpp/cs", "", "first"), "first");
-  check_eq("compare_set missing+non-empty expected returns expected", s.compare_set("cpp/cs_none", "exp", "des"),
-           "exp");
+  check_eq("compare_set missing+empty expected stores desired", s.compare_set("cpp/cs", "", "first"),
+           "first");
+  check_eq("compare_set missing+non-empty expected returns expected",
+           s.compare_set("cpp/cs_none", "exp", "des"), "exp");
   check("... and creates no key", !s.check({"cpp/cs_none"}), "key exists");
   check_eq("compare_set present+equal replaces", s.compare_set("cpp/cs", "first", "second"), "second");
-  check_eq("compare_set present+different returns current", s.compare_set("cpp/cs", "nope", "third"), "second");
+  check_eq("compare_set present+different returns current", s.compare_set("cpp/cs", "nope", "third"),
+           "second");
   check_eq("... and keeps it", s.get("cpp/cs"), "second");
 }
 
@@ -144,8 +147,9 @@ void test_wait(StoreClient& s, const std::string& host, uint16_t port) {
   check("wait on present keys", Clock::now() - t0 < 5s);
 
   t0 = Clock::now();
-  check_throws<TimeoutError>("wait 300 ms on a missing key throws TimeoutError",
-                             [&] { s.wait({"cpp/str", "cpp/late"}, 300ms); });
+  check_throws<TimeoutError>("wait 300 ms on a missing key throws TimeoutError", [&] {
+    s.wait({"cpp/str", "cpp/late"}, 300ms);
+  });
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   check("... within bounds (" + std::to_string(took.count()) + " ms)", took >= 270ms && took < 10s);
   // The legacy client dropped the connection (the torch server cannot cancel a WAIT); the next call

@@ -22,10 +22,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
@@ -44,8 +43,12 @@ void check(const std::string& name, bool ok, const std::string& detail = "") {
   if (!ok) ++failures;
 }
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string str(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+std::string str(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 void check_eq(const std::string& name, const std::string& got, const std::string& want) {
   check(name, got == want, "got '" + got.substr(0, 80) + "', want '" + want.substr(0, 80) + "'");
@@ -138,7 +141,8 @@ void test_basic(const StorePtr& store, ddprun::rdzv::StoreClient& ours) {
            str(t.compareSet("cs_none", bytes("e"), bytes("d"))), "e");
   check("... and creates no key", !t.check({"cs_none"}));
   check_eq("compareSet present+equal replaces", str(t.compareSet("cs", bytes("a"), bytes("b"))), "b");
-  check_eq("compareSet present+different returns current", str(t.compareSet("cs", bytes("x"), bytes("c"))), "b");
+  check_eq("compareSet present+different returns current", str(t.compareSet("cs", bytes("x"), bytes("c"))),
+           "b");
 
   check("check present keys", t.check({"str", "n"}));
   check("check with a missing key", !t.check({"str", "missing"}));
