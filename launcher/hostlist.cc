@@ -1,0 +1,159 @@
+#include "launcher/hostlist.h"
+
+#include <charconv>
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr size_t kMaxHosts = 1 << 20;  // refuse lists that would expand absurdly
+
+bool parse_uint(std::string_view s, unsigned long& v) {
+  if (s.empty() || s.size() > 18) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// "01-04,07" -> {"01","02","03","04","07"}.
+bool expand_ranges(std::string_view body, std::vector<std::string>& out, std::string& error) {
+  size_t start = 0;
+  while (start <= body.size()) {
+    size_t comma = body.find(',', start);
+    std::string_view item = body.substr(start, comma == std::string_view::npos ? body.npos : comma - start);
+    size_t dash = item.find('-');
+    std::string_view lo = item.substr(0, dash);
+    std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
+    unsigned long a = 0, b = 0;
+    if (!parse_uint(lo, a) || !parse_uint(hi, b)) {
+      error = "bad range '" + std::string(item) + "' in '[" + std::string(body) + "]' (expected N or N-M)";
+      return false;
+    }
+    if (b < a) {
+      error = "range '" + std::string(item) + "' goes backwards";
+      return false;
+    }
+    if (b - a > kMaxHosts || out.size() + (b - a) > kMaxHosts) {
+      error = "range '" + std::string(item) + "' is too large";
+      return false;
+    }
+    for (unsigned long v = a; v <= b; ++v) {
+      std::string num = std::to_string(v);
+      if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');
+      out.push_back(std::move(num));
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+// One host expression without top-level commas: "rack[1-2]-n[01-02]".
+bool expand_one(std::string_view expr, std::vector<std::string>& out, std::string& error) {
+  std::vector<std::string> partial = {""};
+  size_t pos = 0;
+  while (pos < expr.size()) {
+    size_t open = expr.find('[', pos);
+    std::string_view literal = expr.substr(pos, open == std::string_view::npos ? expr.npos : open - pos);
+    if (literal.find(']') != std::string_view::npos) {
+      error = "unbalanced ']' in '" + std::string(expr) + "'";
+      return false;
+    }
+    for (auto& p : partial) p.append(literal);
+    if (open == std::string_view::npos) break;
+    size_t close = expr.find(']', open);
+    if (close == std::string_view::npos) {
+      error = "missing ']' in '" + std::string(expr) + "'";
+      return false;
+    }
+    std::vector<std::string> values;
+    if (!expand_ranges(expr.substr(open + 1, close - open - 1), values, error)) return false;
+    if (partial.size() * values.size() > kMaxHosts) {
+      error = "'" + std::string(expr) + "' expands to too many hosts";
+      return false;
+    }
+    std::vector<std::string> next;
+    next.reserve(partial.size() * values.size());
+    for (const auto& p : partial) {
+      for (const auto& v : values) next.push_back(p + v);
+    }
+    partial = std::move(next);
+    pos = close + 1;
+  }
+  for (auto& p : partial) {
+    if (p.empty()) {
+      error = "empty host name in '" + std::string(expr) + "'";
+      return false;
+    }
+    out.push_back(std::move(p));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string& error) {
+  std::vector<std::string> hosts;
+  if (list.empty()) {
+    error = "empty hostlist";
+    return std::nullopt;
+  }
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    char c = i < list.size() ? list[i] : ',';
+    if (c == '[') {
+      if (++depth > 1) {
+        error = "nested '[' in hostlist '" + std::string(list) + "'";
+        return std::nullopt;
+      }
+    } else if (c == ']') {
+      if (--depth < 0) {
+        error = "hostlist '" + std::string(list) + "': unbalanced ']'";
+        return std::nullopt;
+      }
+    } else if (c == ',' && depth == 0) {
+      if (!expand_one(list.substr(start, i - start), hosts, error)) {
+        error = "hostlist '" + std::string(list) + "': " + error;
+        return std::nullopt;
+      }
+      start = i + 1;
+    }
+  }
+  if (depth != 0) {
+    error = "hostlist '" + std::string(list) + "': missing ']'";
+    return std::nullopt;
+  }
+  return hosts;
+}
+
+std::optional<std::vector<int>> expand_tasks_per_node(std::string_view spec, std::string& error) {
+  std::vector<int> out;
+  size_t start = 0;
+  auto fail = [&](std::string_view item) -> std::optional<std::vector<int>> {
+    error = "bad SLURM_TASKS_PER_NODE item '" + std::string(item) + "' in '" + std::string(spec) +
+            "' (expected N or N(xM))";
+    return std::nullopt;
+  };
+  if (spec.empty()) return fail(spec);
+  while (true) {
+    size_t comma = spec.find(',', start);
+    std::string_view item = spec.substr(start, comma == std::string_view::npos ? spec.npos : comma - start);
+    unsigned long count = 0, times = 1;
+    size_t paren = item.find('(');
+    if (paren == std::string_view::npos) {
+      if (!parse_uint(item, count)) return fail(item);
+    } else {
+      if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')') return fail(item);
+      if (!parse_uint(item.substr(0, paren), count) ||
+          !parse_uint(item.substr(paren + 2, item.size() - paren - 3), times) || times == 0 || times > kMaxHosts) {
+        return fail(item);
+      }
+    }
+    if (out.size() + times > kMaxHosts) return fail(item);
+    out.insert(out.end(), times, static_cast<int>(count));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

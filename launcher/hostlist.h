@@ -1,0 +1,22 @@
+// Slurm hostlists: "node[01-04,07]", "linux[1,2]", "a,b,c", "nodeA,nodeB[001,003]", "rack[1-2]-n[01-02]",
+// "gpu-a100-[1-3]", and SLURM_TASKS_PER_NODE's "2(x3),1".
+//
+// Pure functions with Slurm's semantics (checked against `scontrol show hostnames`): a range keeps the zero
+// padding of its lower bound ("[09-11]" -> 09,10,11; "[9-11]" -> 9,10,11); several bracket groups in one name
+// expand as a cartesian product, the leftmost group varying slowest; commas split hosts outside brackets and
+// ranges inside. Thread-safe. Errors: nullopt, with `error` saying what is wrong and where.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::launcher {
+
+std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string& error);
+
+// "2(x3),1" -> {2, 2, 2, 1}.
+std::optional<std::vector<int>> expand_tasks_per_node(std::string_view spec, std::string& error);
+
+}  // namespace ddprun::launcher
