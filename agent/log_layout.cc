@@ -24,14 +24,17 @@ LogLayout LogLayout::create(const fs::path& log_dir, const std::string& run_id) 
     const fs::path dir = log_dir / name;
     if (::mkdir(dir.c_str(), 0700) == 0) return LogLayout(dir);
     if (errno != EEXIST) {
-      throw fs::filesystem_error("cannot create the log directory", dir, std::error_code(errno, std::generic_category()));
+      throw fs::filesystem_error("cannot create the log directory", dir,
+                                 std::error_code(errno, std::generic_category()));
     }
   }
   throw fs::filesystem_error("cannot find a free log directory name", log_dir / (run_id + "_*"),
                              std::make_error_code(std::errc::file_exists));
 }
 
-fs::path LogLayout::attempt_dir(int attempt) const { return run_dir_ / ("attempt_" + std::to_string(attempt)); }
+fs::path LogLayout::attempt_dir(int attempt) const {
+  return run_dir_ / ("attempt_" + std::to_string(attempt));
+}
 
 WorkerLogPaths LogLayout::worker(int attempt, int local_rank) const {
   WorkerLogPaths p;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -34,8 +35,8 @@ namespace bp = boost::process;
 
 namespace {
 
-constexpr size_t kMaxLine = 64 * 1024;       // console lines are cut after this many bytes
-constexpr size_t kReadChunk = 64 * 1024;     // one read() from a worker's pipe
+constexpr size_t kMaxLine = 64 * 1024;        // console lines are cut after this many bytes
+constexpr size_t kReadChunk = 64 * 1024;      // one read() from a worker's pipe
 constexpr size_t kReadPerTurn = 1024 * 1024;  // then let other handlers run
 
 // An owned file descriptor.
@@ -130,7 +131,10 @@ UniqueFd open_output_file(const std::filesystem::path& file, const std::string& 
 class OutputPump : public std::enable_shared_from_this<OutputPump> {
  public:
   OutputPump(asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file)
-      : pipe_(io, pipe.release()), console_fd_(console_fd), prefix_(std::move(prefix)), file_(std::move(file)) {
+      : pipe_(io, pipe.release()),
+        console_fd_(console_fd),
+        prefix_(std::move(prefix)),
+        file_(std::move(file)) {
     pipe_.non_blocking(true);
   }
 
@@ -195,7 +199,8 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
 
   void consume(const char* data, size_t size) {
     if (file_.get() >= 0 && !write_all(file_.get(), data, size)) {
-      spdlog::warn("cannot write a worker's log file: {}; its output is not saved from now on", strerror(errno));
+      spdlog::warn("cannot write a worker's log file: {}; its output is not saved from now on",
+                   strerror(errno));
       file_.reset();
     }
     if (console_fd_ < 0) return;
@@ -248,7 +253,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   asio::posix::stream_descriptor pipe_;
   const int console_fd_;  // -1: none
   const std::string prefix_;
-  UniqueFd file_;  // -1: none
+  UniqueFd file_;        // -1: none
   std::string pending_;  // the start of a line not yet complete
   bool finished_ = false;
 };
@@ -293,18 +298,28 @@ void child_setup(Executor& e, pid_t parent, int out_fd, int err_fd) {
   for (int sig = 1; sig < NSIG; ++sig) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0) continue;
-    const bool has_handler = (old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
+    const bool has_handler =
+        (old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
     if (has_handler || sig == SIGPIPE || sig == SIGXFSZ) ::sigaction(sig, &dfl, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl(PR_SET_PDEATHSIG) failed");
   if (::getppid() != parent) ::_exit(127);  // the agent died before prctl: nobody to run for
+  // Like Python's close_fds=True: no fd of the agent but 0-2 survives exec. Marked close-on-exec rather than
+  // closed, so that Boost.Process's exec-error pipe keeps working. Older kernels (< 5.11): skipped.
+  ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   for (auto [fd, target] : {std::pair{out_fd, STDOUT_FILENO}, std::pair{err_fd, STDERR_FILENO}}) {
     if (fd < 0) continue;
     if (fd == target ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(fd, target) < 0) fail("dup2 failed");
   }
+}
+
+// "SIGTERM"; the number when the signal has no name.
+std::string signal_text(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? "SIG" + std::string(abbrev) : std::to_string(sig);
 }
 
 void wait_reaped(pid_t pid) {
@@ -316,9 +331,7 @@ void wait_reaped(pid_t pid) {
 
 std::string ExitStatus::describe() const {
   if (signal == 0) return "exit code " + std::to_string(exit_code);
-  const char* abbrev = ::sigabbrev_np(signal);
-  if (abbrev == nullptr) return "signal " + std::to_string(signal);
-  return "signal SIG" + std::string(abbrev) + " (" + std::to_string(signal) + ")";
+  return "signal " + signal_text(signal) + " (" + std::to_string(signal) + ")";
 }
 
 struct Worker {
@@ -351,7 +364,7 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   ExitFn on_exit_;
-  std::map<pid_t, std::shared_ptr<Worker>> workers_;  // running, and exited but not reaped yet
+  std::map<pid_t, std::shared_ptr<Worker>> workers_;   // running, and exited but not reaped yet
   std::vector<std::shared_ptr<OutputPump>> draining_;  // pumps of reaped workers, until end of file
   size_t running_ = 0;
   bool closed_ = false;
@@ -416,8 +429,8 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   for (auto* s : {&out, &err}) {
     if (s->pipe_read.get() < 0) continue;
     const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;
-    worker->pumps.push_back(
-        std::make_shared<OutputPump>(io_, std::move(s->pipe_read), console_fd, w.prefix, std::move(s->tee_file)));
+    worker->pumps.push_back(std::make_shared<OutputPump>(io_, std::move(s->pipe_read), console_fd, w.prefix,
+                                                         std::move(s->tee_file)));
     worker->pumps.back()->start();
   }
   workers_[pid] = worker;
@@ -444,8 +457,10 @@ void ProcessContext::Impl::on_exited(const std::shared_ptr<Worker>& worker) {
   } while (r < 0 && errno == EINTR);
   ExitStatus status;
   if (r < 0) {
-    spdlog::error("local_rank {} (pid {}): exit status lost ({}): was SIGCHLD ignored or a worker reaped "
-                  "elsewhere?", worker->local_rank, worker->pid, strerror(errno));
+    spdlog::error(
+        "local_rank {} (pid {}): exit status lost ({}): was SIGCHLD ignored or a worker reaped "
+        "elsewhere?",
+        worker->local_rank, worker->pid, strerror(errno));
     worker->reaped = true;
     status.exit_code = 255;
   } else if (info.si_code == CLD_EXITED) {
@@ -454,6 +469,7 @@ void ProcessContext::Impl::on_exited(const std::shared_ptr<Worker>& worker) {
     status.signal = info.si_status;
   }
   worker->pidfd.reset();
+  for (auto& pump : worker->pumps) pump->drain_available();
   worker->exited = true;
   --running_;
   // on_exit first, then (posted) the done of a stop that this exit completes.
@@ -477,7 +493,7 @@ void ProcessContext::Impl::stop(int sig, std::chrono::milliseconds grace, std::f
     if (running_ > 0) arm_grace_timer();
   }
   if (running_ > 0) {
-    spdlog::info("stopping {} worker(s) with signal {} ({} ms grace)", running_, sig, grace.count());
+    spdlog::info("stopping {} worker(s) with {} ({} ms grace)", running_, signal_text(sig), grace.count());
     signal_all(sig);
   }
   maybe_finish_stop();
@@ -521,6 +537,7 @@ void ProcessContext::Impl::reap_exited() {
     }
     // The zombie still holds pid and process-group id: this kills only the worker's own leftovers.
     if (!worker.reaped) {
+      ::kill(-worker.pid, SIGKILL);
       wait_reaped(worker.pid);
     }
     for (auto& pump : worker.pumps) {
@@ -561,14 +578,24 @@ void ProcessContext::Impl::close() {
 ProcessContext::ProcessContext(asio::io_context& io, ExitFn on_exit)
     : impl_(std::make_shared<Impl>(io, std::move(on_exit))) {}
 
-ProcessContext::~ProcessContext() { impl_->close(); }
+ProcessContext::~ProcessContext() {
+  impl_->close();
+}
 
-pid_t ProcessContext::spawn(const WorkerLaunch& w) { return impl_->spawn(w); }
-void ProcessContext::signal_all(int sig) { impl_->signal_all(sig); }
+pid_t ProcessContext::spawn(const WorkerLaunch& w) {
+  return impl_->spawn(w);
+}
+void ProcessContext::signal_all(int sig) {
+  impl_->signal_all(sig);
+}
 void ProcessContext::stop(int sig, std::chrono::milliseconds grace, std::function<void()> done) {
   impl_->stop(sig, grace, std::move(done));
 }
-size_t ProcessContext::running() const { return impl_->running(); }
-std::vector<pid_t> ProcessContext::pids() const { return impl_->pids(); }
+size_t ProcessContext::running() const {
+  return impl_->running();
+}
+std::vector<pid_t> ProcessContext::pids() const {
+  return impl_->pids();
+}
 
 }  // namespace ddprun::agent

@@ -4,10 +4,13 @@
 // Spawning (Boost.Process v1, no shell): each worker is exec'd directly (argv[0] is looked up in the PATH
 // of the worker's own environment, falling back to the agent's PATH, when it contains no '/'), with exactly
 // the environment given, in a process group of its own (setpgid(0, 0) in the child, so a terminal's Ctrl-C
-// reaches only the agent, which forwards it), with every signal unblocked, SIGPIPE at its default, and
-// prctl(PR_SET_PDEATHSIG, SIGKILL) plus the getppid() race check, so no worker outlives a SIGKILLed agent.
+// reaches only the agent, which forwards it), with every signal unblocked, the agent's signal handlers and
+// SIGPIPE/SIGXFSZ back at their defaults, no fd of the agent but 0-2 (close_range(CLOEXEC), Linux >= 5.11;
+// on older kernels only fds opened O_CLOEXEC stay out), and prctl(PR_SET_PDEATHSIG, SIGKILL) plus the
+// getppid() race check, so no worker outlives a SIGKILLed agent.
 // PR_SET_PDEATHSIG fires when the *thread* that forked dies, not the process: call spawn() only from a
-// thread that lives as long as the workers (the io_context's thread of the agent).
+// thread that lives as long as the workers (the io_context's thread of the agent); the end of that thread
+// SIGKILLs every worker it spawned.
 //
 // Exit detection is event-driven, without polling and without SIGCHLD: a pidfd (pidfd_open(2), Linux >= 5.3)
 // per worker is waited on by the io_context; on readiness the status is read with waitid(WNOWAIT). An
@@ -37,7 +40,9 @@
 // io is not running). Callbacks (on_exit, stop's done) run on io's thread from inside io.run(); they may
 // call any method of the context, but must not destroy it (destroy it from a handler of your own instead).
 // Blocking: spawn() blocks until the child has exec'd (or failed to); the destructor blocks until every
-// worker is reaped after SIGKILL (a process in uninterruptible sleep delays it).
+// worker is reaped after SIGKILL (a process in uninterruptible sleep delays it). Console writes are
+// synchronous on io's thread: a console that stops reading (a paused pager) stalls io's thread and, through
+// the pipes, the teed workers.
 #pragma once
 
 #include <sys/types.h>
@@ -68,11 +73,11 @@ struct ExitStatus {
 
 struct WorkerLaunch {
   int local_rank = 0;
-  std::vector<std::string> argv;              // argv[0]: path, or a name looked up in PATH; no shell
-  std::map<std::string, std::string> env;     // the COMPLETE environment of the child
-  std::filesystem::path stdout_file, stderr_file;  // empty = not written to a file
+  std::vector<std::string> argv;                      // argv[0]: path, or a name looked up in PATH; no shell
+  std::map<std::string, std::string> env;             // the COMPLETE environment of the child
+  std::filesystem::path stdout_file, stderr_file;     // empty = not written to a file
   bool console_stdout = true, console_stderr = true;  // show on the agent's fd 1 / fd 2 (tee with a file)
-  std::string prefix;                         // e.g. "[default0]:" before every console line; "" = none
+  std::string prefix;  // e.g. "[default0]:" before every console line; "" = none
 };
 
 class ProcessContext {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -104,7 +105,9 @@ pid_t proc_pgrp(pid_t pid) {
   return rest ? pgrp : -1;
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 // True once the process behind pidfd has exited (any process, not only our children).
 bool wait_exited(int pidfd, std::chrono::milliseconds limit) {
@@ -138,7 +141,8 @@ class Fifo {
   bool wait_for(const std::string& needle, int count = 1) {
     const auto deadline = std::chrono::steady_clock::now() + kLimit;
     while (occurrences(needle) < count) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left <= 0ms) return false;
       pollfd p{read_fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) != 1) continue;
@@ -246,7 +250,8 @@ TEST_CASE("the environment is exactly the one given and argv[0] is found in its 
   ctx.spawn(w);
   REQUIRE(run_until(io, [&] { return exits.status.size() == 1; }));
   REQUIRE(exits.status[0].success());
-  const auto dumped = nlohmann::json::parse(read_file(dir / "env.json")).get<std::map<std::string, std::string>>();
+  const auto dumped =
+      nlohmann::json::parse(read_file(dir / "env.json")).get<std::map<std::string, std::string>>();
   CHECK(dumped == w.env);
 }
 
@@ -378,7 +383,8 @@ TEST_CASE("no worker outlives a SIGKILLed agent (PR_SET_PDEATHSIG)", "[process_c
   ::close(pipe_fds[1]);
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + kLimit;
-  while (std::count(text.begin(), text.end(), '\n') < kWorkers && std::chrono::steady_clock::now() < deadline) {
+  while (std::count(text.begin(), text.end(), '\n') < kWorkers &&
+         std::chrono::steady_clock::now() < deadline) {
     pollfd p{pipe_fds[0], POLLIN, 0};
     if (::poll(&p, 1, 1000) != 1) continue;
     char buf[256];
@@ -455,7 +461,8 @@ TEST_CASE("tee: whole prefixed lines on the console, raw bytes in the file, all 
   for (int i = 0; i < kWorkers; ++i) CHECK(next[i] == kLines);
 }
 
-TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is flushed", "[process_context]") {
+TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is flushed",
+          "[process_context]") {
   constexpr long kBytes = 150000;
   TempDir dir;
   asio::io_context io;
@@ -464,8 +471,8 @@ TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is 
   bool finished;
   {
     CaptureFd capture(STDERR_FILENO, dir / "console");
-    WorkerLaunch w =
-        worker(0, {"--print-lines", "2", "--line-bytes", std::to_string(kBytes), "--stderr", "--no-final-newline"});
+    WorkerLaunch w = worker(
+        0, {"--print-lines", "2", "--line-bytes", std::to_string(kBytes), "--stderr", "--no-final-newline"});
     w.prefix = "[x0]:";
     w.stderr_file = dir / "err.log";
     ctx.spawn(w);
@@ -476,7 +483,8 @@ TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is 
   CHECK(read_file(dir / "err.log") == line0 + "\n" + line1);
   std::string expected;
   for (const std::string& line : {line0, line1}) {
-    for (size_t pos = 0; pos < line.size(); pos += 65536) expected += "[x0]:" + line.substr(pos, 65536) + "\n";
+    for (size_t pos = 0; pos < line.size(); pos += 65536)
+      expected += "[x0]:" + line.substr(pos, 65536) + "\n";
   }
   CHECK(read_file(dir / "console") == expected);
 }
@@ -495,8 +503,16 @@ TEST_CASE("stdout/stderr wiring: file itself, inherited fd, pipe, /dev/null", "[
   WorkerLaunch inherit = worker(1, {"--pidfile", ready.path().string(), "--hang"});
   WorkerLaunch piped = worker(2, {"--pidfile", ready.path().string(), "--hang"});
   piped.prefix = "[p2]:";
+  const int leaky_fd = ::open((dir / "leak").c_str(), O_WRONLY | O_CREAT, 0600);  // no O_CLOEXEC
   const pid_t p0 = ctx.spawn(direct), p1 = ctx.spawn(inherit), p2 = ctx.spawn(piped);
+  ::close(leaky_fd);
   REQUIRE(ready.wait_for("\n", 3));
+  std::set<std::string> targets;  // what the worker's fds point to: the agent's leaky fd must not be there
+  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(p1) + "/fd")) {
+    targets.insert(readlink_fd(p1, std::stoi(entry.path().filename().string())));
+  }
+  CHECK(targets.count((dir / "leak").string()) == 0);
+  CHECK(targets.count(readlink_fd(p1, 1)) == 1);
   CHECK(fs::path(readlink_fd(p0, 1)) == dir / "out0.log");
   CHECK(readlink_fd(p0, 2) == "/dev/null");
   CHECK(readlink_fd(p1, 1) == readlink_fd(::getpid(), 1));

@@ -4,10 +4,11 @@
 //   --stamp FILE           append "start <attempt> <local rank> <unix ns>\n" to FILE (one write, O_APPEND);
 //                          the time is CLOCK_REALTIME taken first thing in main(); <attempt> and <local
 //                          rank> are $TORCHELASTIC_RESTART_COUNT and $LOCAL_RANK ("-" when unset)
-//   --crash-on-attempt N   when TORCHELASTIC_RESTART_COUNT == N: local rank 0 appends "crash <attempt> 0
-//                          <unix ns>\n" to the --stamp file (if any) and exits 1 at once; the other local
-//                          ranks sleep until a signal ends them (a group blocked in a collective). On any
-//                          other attempt the flag does nothing
+//   --crash-on-attempt N   when TORCHELASTIC_RESTART_COUNT == N: local rank 0 waits (polling every 1 ms, 30 s
+//                          at most) until the --stamp file holds $LOCAL_WORLD_SIZE "start N " lines, i.e. the
+//                          whole local group runs, then appends "crash N 0 <unix ns>\n" to it and exits 1;
+//                          without --stamp it exits 1 at once. The other local ranks sleep until a signal
+//                          ends them (a group blocked in a collective). On other attempts: no effect
 //   --record-signals FILE  handlers for TERM/INT/HUP/QUIT/USR1/USR2 append "<NAME>\n" to FILE and exit 128+N;
 //                          "ready\n" is appended once they are installed
 //   --ignore-sigterm       SIGTERM is ignored (overrides --record-signals for TERM)
@@ -171,6 +172,21 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// --crash-on-attempt: until `stamp` holds $LOCAL_WORLD_SIZE lines "start <attempt> ...", or 30 s passed.
+void wait_for_group(const std::string& stamp, const std::string& attempt) {
+  const char* size_env = std::getenv("LOCAL_WORLD_SIZE");
+  const long size = size_env != nullptr ? std::atol(size_env) : 1;
+  const std::string prefix = "start " + attempt + " ";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream f(stamp);
+    long started = 0;
+    for (std::string line; std::getline(f, line);) started += line.rfind(prefix, 0) == 0 ? 1 : 0;
+    if (started >= size) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +206,7 @@ int main(int argc, char** argv) {
   if (o.crash_on_attempt >= 0 && attempt_env != nullptr && std::atol(attempt_env) == o.crash_on_attempt) {
     if (local_rank == "0") {
       if (!o.stamp.empty()) {
+        wait_for_group(o.stamp, attempt);
         ::clock_gettime(CLOCK_REALTIME, &now);
         const std::string line =
             "crash " + attempt + " 0 " + std::to_string(now.tv_sec * 1000000000LL + now.tv_nsec) + "\n";
