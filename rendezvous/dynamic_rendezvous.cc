@@ -247,8 +247,8 @@ RendezvousInfo DynamicRendezvous::next_rendezvous(int local_world_size) {
   sit_out_if_failing();
   int r = std::max(round_.load() + 1, current_round());
   const auto deadline = Clock::now() + options_.join_timeout;
-  while (true) {
-    if (is_closed()) throw closed_error();
+  for (bool first = true;; first = false) {
+    if (!first && is_closed()) throw closed_error();
     int64_t index = store_->add(round_key(r, "joined"), 1) - 1;
     store_->set(round_key(r, "node/" + std::to_string(index)),
                 options_.identity + "|" + std::to_string(previous_rank_) + "|" + std::to_string(local_world_size));
