@@ -219,6 +219,7 @@ std::vector<WorkerLaunch> ElasticAgent::Loop::launches(const Round& round) {
     // stderr always goes to its log file as well, so a failure can quote its last lines.
     w.stderr_file = paths.stderr_file;
     w.console_stdout = o.stdout_to_console;
+    w.whole_lines = nproc > 1;  // several workers share the console: never interleave half lines
     w.console_stderr = o.stderr_to_console;
     if (o.prefix_console) {
       w.prefix = "[" + (config_.node_tag.empty() ? "" : config_.node_tag + ":") + config_.role +

@@ -266,9 +266,9 @@ struct StreamSetup {
 };
 
 StreamSetup setup_stream(const std::filesystem::path& file, bool console, const std::string& prefix,
-                         const std::string& who) {
+                         bool whole_lines, const std::string& who) {
   StreamSetup s;
-  if (console && (!file.empty() || !prefix.empty())) {
+  if (console && (!file.empty() || !prefix.empty() || whole_lines)) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw errno_error(who + ": cannot create a pipe");
     s.pipe_read.reset(p[0]);
@@ -390,8 +390,8 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   argv_ptrs.push_back(nullptr);
   env_ptrs.push_back(nullptr);
 
-  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, who);
-  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, who);
+  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, w.whole_lines, who);
+  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, w.whole_lines, who);
 
   const pid_t parent = ::getpid();
   const int out_fd = out.child_fd.get(), err_fd = err.child_fd.get();

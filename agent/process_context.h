@@ -21,7 +21,7 @@
 // behind our back); set SIGPIPE to SIG_IGN if the agent's stdout may be a pipe that closes.
 //
 // Output of one stream (stdout or stderr) of a worker:
-//  - console on, and a file or a prefix set: the child writes into a pipe that the agent reads
+//  - console on, and a file, a prefix or whole_lines set: the child writes into a pipe that the agent reads
 //    asynchronously; whole lines go to the agent's fd 1 / fd 2, each with `prefix` in front. A write()
 //    never carries part of a line: consecutive whole lines are batched into one write() of at most
 //    PIPE_BUF bytes (a longer line gets a write() of its own), so lines stay whole even against other
@@ -29,7 +29,7 @@
 //    '\n' and gets the prefix); a last line without '\n' is emitted, with '\n' added, at end of stream. The
 //    bytes read are also appended, unchanged and unprefixed, to the file when one is set (tee).
 //  - a file and no console: the child's fd is the file itself (opened O_TRUNC, like torchrun's "w"); no copy.
-//  - console on, no file, no prefix: the child inherits the agent's fd (no pipe).
+//  - console on, no file, no prefix, not whole_lines: the child inherits the agent's fd (no pipe).
 //  - console off, no file: the stream goes to /dev/null.
 // Ordering of output and exit: when a worker exits, every byte it wrote is already in its pipe; the agent
 // consumes exactly the bytes present at that moment before calling on_exit, so on_exit never overtakes the
@@ -78,6 +78,9 @@ struct WorkerLaunch {
   std::filesystem::path stdout_file, stderr_file;     // empty = not written to a file
   bool console_stdout = true, console_stderr = true;  // show on the agent's fd 1 / fd 2 (tee with a file)
   std::string prefix;  // e.g. "[default0]:" before every console line; "" = none
+  // Pass console output through the agent even without a prefix or a file, so that the lines of several
+  // workers sharing the console never interleave.
+  bool whole_lines = false;
 };
 
 class ProcessContext {
