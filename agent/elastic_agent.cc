@@ -37,6 +37,7 @@ struct Event {
   RoundStop stop;
   std::string error;
   int signal = 0;
+  int round = -1;  // kRoundStopped/kWatcherError: the round the watcher watched
 };
 
 double unix_now() {
@@ -114,7 +115,7 @@ class ElasticAgent::Loop {
 
   void start_io();
   void arm_signals();
-  void start_watcher();
+  void start_watcher(int round);
   void stop_watcher();
   std::vector<WorkerLaunch> launches(const Round& round);
   Outcome supervise(const Round& round, int& exit_code);
@@ -166,17 +167,17 @@ void ElasticAgent::Loop::arm_signals() {
   });
 }
 
-void ElasticAgent::Loop::start_watcher() {
+void ElasticAgent::Loop::start_watcher(int round) {
   watcher_stop_ = false;
-  watcher_ = std::thread([this] {
+  watcher_ = std::thread([this, round] {
     while (!watcher_stop_) {
       try {
         if (auto stop = rdzv_->wait_round_stopped(std::chrono::milliseconds(1000))) {
-          events_.push(Event{.kind = Event::Kind::kRoundStopped, .stop = *stop});
+          events_.push(Event{.kind = Event::Kind::kRoundStopped, .stop = *stop, .round = round});
           return;
         }
       } catch (const std::exception& e) {
-        events_.push(Event{.kind = Event::Kind::kWatcherError, .error = e.what()});
+        events_.push(Event{.kind = Event::Kind::kWatcherError, .error = e.what(), .round = round});
         return;
       }
     }
@@ -291,6 +292,10 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         stopping = true;
         begin_stop(SIGTERM);
       }
+      continue;
+    }
+    // The watcher of an earlier round may have reported after that round ended: not ours.
+    if ((e.kind == Event::Kind::kRoundStopped || e.kind == Event::Kind::kWatcherError) && e.round != round.info.round) {
       continue;
     }
     switch (e.kind) {
@@ -452,7 +457,7 @@ int ElasticAgent::Loop::run() {
       return kExitSpawnFailed;
     }
     auto specs = launches(round);
-    start_watcher();
+    start_watcher(round.info.round);
     std::string spawn_error = on_io([&]() -> std::string {
       try {
         for (const auto& w : specs) procs_->spawn(w);

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/elastic_agent.h"
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
 
+  // Like torchrun, the agent's own messages go to stderr; stdout carries the workers' output only.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   // Elastic node ranks are known only after the rendezvous: tag those agents by host and pid instead.
   std::string tag = config.is_elastic() && !config.standalone ? "ddprun " + host_tag()

@@ -1,0 +1,281 @@
+"""Shared helpers for ddprun's process-level integration tests (standard library only).
+
+The tests start the real `ddprun` binary and real worker processes. Paths come from the environment that
+tests/integration/CMakeLists.txt sets for ctest:
+
+    DDPRUN       the ddprun executable
+    FAKE_WORKER  tests/bin/fake_worker (see its header for flags)
+    REPO         the source tree (for scripts/examples/ddp_train.py)
+
+Hermeticity: every test gets a fresh temporary directory, ports come from binding port 0, waits are polls with
+a deadline. Every agent is started with a unique DDPRUN_IT_TOKEN in its environment; workers inherit the
+agent's environment (and grandchildren the workers'), so tearDown finds and SIGKILLs every process a test
+started - even one re-parented to init - by scanning /proc/<pid>/environ for the token.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+PYTHON = "/usr/bin/python3"  # the interpreter with torch (plain `python3` on PATH may lack it)
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANK_WORKER = os.path.join(HERE, "rank_worker.py")
+AGENT_LOG_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] ddprun")  # ddprun's own log lines (spdlog)
+
+
+def _required_path(name):
+    value = os.environ.get(name)
+    if not value or not os.path.exists(value):
+        raise RuntimeError(f"environment variable {name} must name an existing path (got {value!r}); run these "
+                           "tests through ctest, or set DDPRUN, FAKE_WORKER and REPO yourself")
+    return value
+
+
+DDPRUN = _required_path("DDPRUN")
+FAKE_WORKER = _required_path("FAKE_WORKER")
+REPO = _required_path("REPO")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout, what):
+    """Polls predicate() until it returns a truthy value (returned) or `timeout` seconds pass (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def proc_stat(pid):
+    """(state, ppid, pgrp, starttime) of a process from /proc/<pid>/stat, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces and parentheses
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def is_gone(pid):
+    """True when the process no longer runs: /proc/<pid> is absent, or it is a zombie waiting to be reaped."""
+    st = proc_stat(pid)
+    return st is None or st[0] in ("Z", "X")
+
+
+def read_pidfile(path):
+    """The pid in a fake_worker --pidfile once the file is complete, else None."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.endswith("\n") else None
+
+
+def read_json_file(path):
+    """The parsed JSON file, or None while it is missing or only partly written."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def processes_with_token(token):
+    """Live (non-zombie) pids whose environment contains DDPRUN_IT_TOKEN=<token>."""
+    needle = f"DDPRUN_IT_TOKEN={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in env and not is_gone(pid):
+            found.append(pid)
+    return found
+
+
+class _Reader(threading.Thread):
+    """Drains one pipe into memory so the child never blocks on a full pipe."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self._stream = stream
+        self._chunks = []
+        self._lock = threading.Lock()
+
+    def run(self):
+        while True:
+            chunk = self._stream.read1(65536) if hasattr(self._stream, "read1") else self._stream.read(65536)
+            if not chunk:
+                break
+            with self._lock:
+                self._chunks.append(chunk)
+
+    def data(self):
+        with self._lock:
+            return b"".join(self._chunks)
+
+
+class Agent:
+    """One running ddprun process with its stdout and stderr captured through pipes."""
+
+    def __init__(self, args, env, cwd):
+        self.args = [DDPRUN] + list(args)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+        self.pid = self.proc.pid
+        self._out = _Reader(self.proc.stdout)
+        self._err = _Reader(self.proc.stderr)
+        self._out.start()
+        self._err.start()
+
+    def stdout(self):
+        return self._out.data().decode(errors="replace")
+
+    def stderr(self):
+        return self._err.data().decode(errors="replace")
+
+    def output(self):
+        """stdout then stderr, for messages that may be on either (ddprun's own log lines go to stdout)."""
+        return self.stdout() + self.stderr()
+
+    def describe(self):
+        return (f"command: {' '.join(self.args)}\n--- stdout (tail) ---\n{self.stdout()[-3000:]}\n"
+                f"--- stderr (tail) ---\n{self.stderr()[-3000:]}")
+
+    def wait(self, timeout, drain=True):
+        """The exit code; AssertionError (with the output) when ddprun is still running after `timeout` s.
+        drain: also wait (10 s at most) until the output pipes are closed, i.e. all output has been read; pass
+        False when a survivor is expected to hold them open."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ddprun still running after {timeout} s\n{self.describe()}") from None
+        if drain:
+            self.join_readers(timeout=10)
+        return rc
+
+    def join_readers(self, timeout):
+        # A surviving grandchild may still hold the pipes open; then the readers stop at cleanup.
+        self._out.join(timeout)
+        self._err.join(timeout)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+
+class IntegrationTestCase(unittest.TestCase):
+    """Temp dir per test, agents started through start(), and a tearDown that leaves no process behind."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ddprun-it-")
+        self.token = uuid.uuid4().hex
+        self.agents = []
+        self.allow_leftovers = False  # a test that expects survivors (a known gap) sets it
+        self.addCleanup(self._cleanup)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def start(self, args, env=None, unset=(), cwd=None):
+        """Starts ddprun with `args`; `env` adds variables and `unset` removes some from the inherited ones."""
+        full = dict(os.environ)
+        for name in unset:
+            full.pop(name, None)
+        full.update(env or {})
+        full["DDPRUN_IT_TOKEN"] = self.token
+        agent = Agent(args, full, cwd or self.tmp)
+        self.agents.append(agent)
+        return agent
+
+    def run_agent(self, args, timeout=60, **kwargs):
+        """start() then wait(): returns (agent, exit code)."""
+        agent = self.start(args, **kwargs)
+        return agent, agent.wait(timeout)
+
+    def fake(self, *worker_args):
+        """ddprun arguments that run fake_worker with `worker_args` (no Python)."""
+        return ["--no_python", FAKE_WORKER] + [str(a) for a in worker_args]
+
+    def rank_worker(self, rules):
+        """ddprun arguments that run rank_worker.py with these rules (see that file)."""
+        return ["--python", PYTHON, RANK_WORKER, json.dumps({"fake_worker": FAKE_WORKER, "rules": rules})]
+
+    def wait_pidfiles(self, pattern, count, timeout=30):
+        """Waits for pidfiles pattern.format(lr) for lr in range(count); returns their pids."""
+        paths = [pattern.format(lr) for lr in range(count)]
+
+        def ready():
+            pids = [read_pidfile(p) for p in paths]
+            return pids if all(pids) else None
+
+        return wait_until(ready, timeout, f"pidfiles {paths}")
+
+    def assert_gone(self, pids, timeout, what):
+        try:
+            wait_until(lambda: all(is_gone(p) for p in pids), timeout, what)
+        except AssertionError:
+            alive = {p: proc_stat(p) for p in pids if not is_gone(p)}
+            raise AssertionError(f"{what}: still alive after {timeout} s: {alive}") from None
+
+    def live_processes(self):
+        return processes_with_token(self.token)
+
+    def _cleanup(self):
+        killed_agent = False
+        for agent in self.agents:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                killed_agent = True
+            try:
+                agent.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        leftovers = set()
+        deadline = time.monotonic() + 15
+        while True:
+            pids = self.live_processes()
+            if not pids or time.monotonic() > deadline:
+                break
+            leftovers.update(pids)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for agent in self.agents:
+            agent.join_readers(timeout=5)
+            for stream in (agent.proc.stdout, agent.proc.stderr):
+                stream.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        still = self.live_processes()
+        if still:
+            raise AssertionError(f"cleanup could not kill processes {still}")
+        # Every agent ended on its own (or by the test's signal): then nothing it started may outlive it.
+        if leftovers and not killed_agent and not self.allow_leftovers:
+            raise AssertionError(f"processes outlived ddprun (killed by the test's cleanup): {sorted(leftovers)}")
