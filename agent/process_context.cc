@@ -1,5 +1,7 @@
 #include "agent/process_context.h"
 
+#include "agent/orphan_guard.h"
+
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include <fcntl.h>
@@ -372,6 +374,7 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   std::chrono::steady_clock::time_point deadline_;
   asio::steady_timer grace_timer_;
   std::vector<std::function<void()>> done_;
+  OrphanGuard guard_;  // kills the workers' groups if this process dies without close()
 };
 
 pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
@@ -434,6 +437,7 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
     worker->pumps.back()->start();
   }
   workers_[pid] = worker;
+  guard_.watch(pid);
   ++running_;
   watch(worker);
   spdlog::debug("local_rank {}: started {} as pid {}", w.local_rank, exe, pid);
@@ -540,6 +544,7 @@ void ProcessContext::Impl::reap_exited() {
       ::kill(-worker.pid, SIGKILL);
       wait_reaped(worker.pid);
     }
+    guard_.forget(worker.pid);
     for (auto& pump : worker.pumps) {
       if (!pump->finished()) draining_.push_back(pump);
     }
@@ -565,6 +570,7 @@ void ProcessContext::Impl::close() {
   }
   for (const auto& [pid, worker] : workers_) {
     if (!worker->reaped) wait_reaped(pid);
+    guard_.forget(pid);
     worker->pidfd.reset();
     for (auto& pump : worker->pumps) pump->close();
   }

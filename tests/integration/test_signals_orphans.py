@@ -82,13 +82,10 @@ class Orphans(IntegrationTestCase):
         self.assertEqual(agent.wait(WAIT, drain=False), -signal.SIGKILL)
         self.assert_gone(workers, 10, "workers of a SIGKILLed ddprun")
 
-    # Known gap: PR_SET_PDEATHSIG kills the workers, but a grandchild (re-parented to init, ignoring SIGTERM)
-    # has nobody left to kill it once the agent is SIGKILLed; that needs a watchdog process outside the agent
-    # (or a cgroup). torchrun has the same gap. Remove the decorator when ddprun closes it: an unexpected
-    # success fails the run.
-    @unittest.expectedFailure
+    # PR_SET_PDEATHSIG kills the workers, but a grandchild (re-parented to init, ignoring SIGTERM) would have
+    # nobody left to kill it once the agent is SIGKILLed: ddprun's orphan guard process (agent/orphan_guard.h)
+    # SIGKILLs the workers' groups when the agent vanishes. torchrun leaves such grandchildren running.
     def test_sigkilled_agent_leaves_no_grandchild(self):
-        self.allow_leftovers = True
         agent, workers, grandchildren = self.start_with_grandchildren(2)
         agent.signal(signal.SIGKILL)
         self.assertEqual(agent.wait(WAIT, drain=False), -signal.SIGKILL)
