@@ -29,7 +29,7 @@ using rdzv::RoundStop;
 namespace {
 
 struct Event {
-  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal } kind;
+  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal } kind = Kind::kSignal;
   int local_rank = 0;
   pid_t pid = 0;
   ExitStatus status;
@@ -121,6 +121,10 @@ class ElasticAgent::Loop {
   Outcome supervise(const Round& round, int& exit_code);
   WorkerFailure failure_of(const Round& round, const Event& e) const;
   void begin_stop(int sig);
+  int signal_exit_code(int sig) const {
+    auto it = config_.signal_exit_codes.find(sig);
+    return it == config_.signal_exit_codes.end() ? 128 + sig : it->second;
+  }
 
   AgentConfig config_;
   std::unique_ptr<rdzv::RendezvousHandler> rdzv_;
@@ -160,7 +164,7 @@ void ElasticAgent::Loop::arm_signals() {
     if (in_rendezvous_) {
       // No worker runs while the agent waits in the rendezvous: leave at once, the rendezvous stays open.
       spdlog::warn("received {} while waiting in the rendezvous; exiting", signal_name(sig));
-      std::_Exit(128 + sig);
+      std::_Exit(signal_exit_code(sig));
     }
     events_.push(Event{.kind = Event::Kind::kSignal, .signal = sig});
     arm_signals();
@@ -368,7 +372,7 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         spdlog::warn("received {}: forwarding it to the workers (grace {} s)", signal_name(signal),
                      config_.shutdown_grace.count() / 1000.0);
         publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
-                          signal_name(signal), 128 + signal});
+                          signal_name(signal), signal_exit_code(signal)});
         barrier_deadline.reset();
         stopping = true;
         begin_stop(signal);
@@ -376,7 +380,7 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
       case Event::Kind::kGroupStopped:
         stop_watcher();
         if (signal != 0) {
-          exit_code = 128 + signal;
+          exit_code = signal_exit_code(signal);
           ended_by_signal_ = true;
           return Outcome::kExit;
         }

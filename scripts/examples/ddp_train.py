@@ -99,9 +99,9 @@ def main():
 
 
 def leave(code):
-    """Exits without freeing the DDP model: in torch 1.13, ~ProcessGroupGloo (reached from ~Reducer) joins a gloo
-    thread that may still be dropping a finished work's tensors, which needs the GIL the joining thread holds - a
-    deadlock seen in ~2 of 5 six-rank runs. Nothing is left to clean up here (files are closed, output flushed)."""
+    """Exits without freeing the DDP model. In torch 1.13, ~ProcessGroupGloo (from ~Reducer) joins a gloo
+    thread that may still be dropping a finished work's tensors, which needs the GIL the joining thread holds:
+    a deadlock seen in 2 of 5 six-rank runs. Nothing is left to clean up (files closed, output flushed)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -1,0 +1,400 @@
+"""Launcher benchmark: ddprun against torchrun (torch.distributed.run), same workers, one run.
+
+Run by scripts/bench-launcher.sh (which builds ddprun and fake_worker); standard library only, so any
+Python 3.8+ runs it (the torch Python only runs torchrun itself).
+
+Measured per launcher, every run with `--standalone --nproc_per_node N --redirects 1 --tee 1 --log_dir DIR
+--no_python <fake_worker> ...` and OMP_NUM_THREADS=1 (torchrun warns otherwise):
+  launch   launch-to-exit wall time (posix_spawn -> wait4) of N no-op workers (`fake_worker --exit 0`).
+  restart  `--max_restarts 1`, workers `fake_worker --stamp FILE --crash-on-attempt 0`: on attempt 0, local
+           rank 0 waits until the whole local group runs, stamps its crash time (CLOCK_REALTIME) and exits 1;
+           the other ranks block until stopped. On attempt 1 every worker stamps its start and exits 0.
+           Latency = last replacement's start - crash (also the first replacement's).
+  rss      the launch run again under `/usr/bin/time -f %M` (the maximum RSS over the agent and the workers
+           it reaped: the agent's own peak whenever it exceeds the worker's, whose peak alone is measured
+           and printed too), while the agent's VmHWM is sampled every 1 ms from /proc (last sample before
+           its exit). Not from this script's own wait4: posix_spawn's vfork lends the child this Python's
+           memory map until exec, and the kernel counts its high-water mark into the child's ru_maxrss.
+Runs of the launchers are interleaved, spread evenly over the whole measurement, so machine-load drift
+hits each alike. One warm-up run per launcher is not counted. No torchrun run is started that would
+likely end after --stop-at (the slowest run of its kind so far decides).
+
+Leftovers: every run's environment carries BENCH_LAUNCHER_TOKEN=<token>; after each run the processes whose
+environment holds it are counted (a launcher that leaves workers behind shows here) and SIGKILLed. A run
+past its time limit has its process group and token holders killed and counts as failed.
+
+Exit codes: 0 done (failed runs show in the table), 2 bad arguments.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+
+def sweep(token, kill=True):
+    """Pids (not ours) whose environment holds BENCH_LAUNCHER_TOKEN=token; SIGKILLed when kill."""
+    needle = f"BENCH_LAUNCHER_TOKEN={token}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    if kill:
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return found
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Timeout()
+
+
+def run_once(argv, env, log_path, timeout_s, sample_hwm=False):
+    """Runs argv to its exit. Returns dict: wall_ns, rc (negative: signal), hwm_kb, timed_out.
+
+    sample_hwm: the VmHWM of the process argv[1:] (argv[0] is /usr/bin/time), sampled every 1 ms."""
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    hwm = [0]
+    stop = threading.Event()
+    signal.signal(signal.SIGALRM, _alarm)
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
+    sampler = None
+    if sample_hwm:
+        def sample():
+            agent = None
+            while not stop.is_set():
+                try:
+                    if agent is None:  # the child of /usr/bin/time, once it has exec'ed
+                        with open(f"/proc/{pid}/task/{pid}/children") as f:
+                            kids = f.read().split()
+                        if kids and os.readlink(f"/proc/{kids[0]}/exe") != "/usr/bin/time":
+                            agent = int(kids[0])
+                    if agent is not None:
+                        with open(f"/proc/{agent}/status") as f:
+                            for line in f:
+                                if line.startswith("VmHWM:"):
+                                    hwm[0] = max(hwm[0], int(line.split()[1]))
+                except OSError:
+                    if agent is not None:
+                        return
+                time.sleep(0.001)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+    timed_out = False
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        _, status = os.waitpid(pid, 0)
+        t1 = time.perf_counter_ns()
+    except Timeout:
+        timed_out = True
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status = os.waitpid(pid, 0)
+        t1 = time.perf_counter_ns()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        stop.set()
+    if sampler:
+        sampler.join()
+    rc = os.waitstatus_to_exitcode(status)
+    return {"wall_ns": t1 - t0, "rc": rc, "hwm_kb": hwm[0], "timed_out": timed_out}
+
+
+def quantile(xs, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return None
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def parse_stamps(path, nproc):
+    """(crash_ns, [start ns of attempt 1]) from a --stamp file; None when incomplete."""
+    crash, starts = None, []
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 4:
+            continue
+        if parts[0] == "crash" and parts[1] == "0":
+            crash = int(parts[3])
+        elif parts[0] == "start" and parts[1] == "1":
+            starts.append(int(parts[3]))
+    if crash is None or len(starts) != nproc:
+        return None
+    return crash, starts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ddprun", required=True)
+    ap.add_argument("--worker", required=True, help="fake_worker binary")
+    ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch, for torchrun")
+    ap.add_argument("--nproc", type=int, default=8)
+    ap.add_argument("--reps-ddprun", type=int, default=20)
+    ap.add_argument("--reps-torch", type=int, default=5)
+    ap.add_argument("--restart-reps-ddprun", type=int, default=20)
+    ap.add_argument("--restart-reps-torch", type=int, default=4)
+    ap.add_argument("--rss-reps", type=int, default=1, help="RSS runs per launcher")
+    ap.add_argument("--stop-at", type=float, default=time.time() + 380,
+                    help="unix time: no torchrun run is started that would likely end after it")
+    ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
+    ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--launchers", default="ddprun,torchrun,torchrun-0.1")
+    args = ap.parse_args()
+    if args.nproc < 1:
+        ap.error("--nproc must be >= 1")
+
+    torchrun = [args.python, "-m", "torch.distributed.run"]
+    all_launchers = {
+        "ddprun": {"argv": [args.ddprun], "timeout": 30, "extra": []},
+        "torchrun": {"argv": torchrun, "timeout": 90, "extra": []},
+        "torchrun-0.1": {"argv": torchrun, "timeout": 90, "extra": ["--monitor_interval", "0.1"]},
+    }
+    names = [n for n in args.launchers.split(",") if n]
+    for n in names:
+        if n not in all_launchers:
+            ap.error(f"unknown launcher {n}")
+    launchers = {n: all_launchers[n] for n in names}
+
+    work = tempfile.mkdtemp(prefix="ddprun-bench-launcher-")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return measure(args, launchers, work)
+    finally:
+        sweep(args.token)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, launchers, work):
+    env = dict(os.environ, OMP_NUM_THREADS="1", BENCH_LAUNCHER_TOKEN=args.token)
+    common = ["--standalone", "--nproc_per_node", str(args.nproc), "--redirects", "1", "--tee", "1"]
+    counter = [0]
+
+    def command(name, kind, stamp=None):
+        l = launchers[name]
+        counter[0] += 1
+        logs = os.path.join(work, f"logs-{counter[0]}")
+        argv = l["argv"] + common + l["extra"] + ["--log_dir", logs]
+        if kind == "restart":
+            argv += ["--max_restarts", "1", "--no_python", args.worker, "--stamp", stamp,
+                     "--crash-on-attempt", "0"]
+        else:
+            argv += ["--no_python", args.worker, "--exit", "0"]
+        return argv
+
+    def display(argv):
+        out = []
+        for a in argv:
+            a = a.replace(args.ddprun, "ddprun").replace(args.worker, "fake_worker").replace(work, "$TMP")
+            out.append("torchrun" if a == "torch.distributed.run" else a)
+        s = re.sub(r"\$TMP/(logs|stamp)-[0-9]+", r"$TMP/\1-K", " ".join(out))
+        return s.replace(f"{args.python} -m torchrun", "torchrun")
+
+    results = {n: {"launch": [], "restart": [], "restart_first": [], "maxrss": [], "hwm": [], "failed": 0,
+                   "leaked": 0, "commands": {}} for n in launchers}
+    slowest = {}  # (launcher, kind) -> longest wall time so far, seconds
+
+    def one(name, kind, counted=True):
+        stamp = os.path.join(work, f"stamp-{counter[0] + 1}") if kind == "restart" else None
+        argv = command(name, kind, stamp)
+        r = results[name]
+        if counted:
+            r["commands"].setdefault(kind, display(argv))
+        rss_file = os.path.join(work, "rss")
+        if kind == "rss":
+            argv = ["/usr/bin/time", "-f", "%M", "-o", rss_file] + argv
+        log_path = os.path.join(work, f"{name}-{kind}.log")
+        timeout = launchers[name]["timeout"]
+        if name != "ddprun":
+            timeout = max(10.0, min(timeout, args.stop_at + 40 - time.time()))
+        res = run_once(argv, env, log_path, timeout, sample_hwm=(kind == "rss"))
+        slowest[(name, kind)] = max(slowest.get((name, kind), 0), res["wall_ns"] / 1e9)
+        leaked = sweep(args.token)
+        ok = res["rc"] == 0 and not res["timed_out"]
+        detail = ""
+        if kind == "restart" and ok:
+            stamps = parse_stamps(stamp, args.nproc)
+            ok = stamps is not None
+            if ok:
+                detail = f"  latency {(max(stamps[1]) - stamps[0]) / 1e6:.1f} ms"
+        maxrss = None
+        if kind == "rss" and ok:
+            maxrss = int(open(rss_file).read().split()[-1])
+            detail = f"  time %M {maxrss / 1024:.1f} MiB, VmHWM {res['hwm_kb'] / 1024:.1f} MiB"
+        status = "ok" if ok else f"FAILED rc={res['rc']}{' (timeout)' if res['timed_out'] else ''}"
+        print(f"  {name:13} {kind:8} {res['wall_ns'] / 1e6:9.1f} ms{detail}"
+              f"{'  leaked ' + str(len(leaked)) if leaked else ''}  {status}"
+              f"{'' if counted else '  (warm-up)'}",
+              file=sys.stderr, flush=True)
+        if not ok:
+            with open(log_path, errors="replace") as f:
+                tail = f.read()[-3000:]
+            print(f"  --- last output of {name} ({kind}):\n{tail}", file=sys.stderr)
+        if not counted:
+            return
+        r["leaked"] += len(leaked)
+        if not ok:
+            r["failed"] += 1
+            return
+        if kind == "launch":
+            r["launch"].append(res["wall_ns"] / 1e6)
+        elif kind == "restart":
+            crash, starts = stamps
+            r["restart"].append((max(starts) - crash) / 1e6)
+            r["restart_first"].append((min(starts) - crash) / 1e6)
+        elif kind == "rss":
+            r["maxrss"].append(maxrss)
+            if res["hwm_kb"]:
+                r["hwm"].append(res["hwm_kb"])
+
+    # The worker's own peak RSS, run alone (the bound under which /usr/bin/time's figure is the agent's own).
+    rss_file = os.path.join(work, "worker-rss")
+    wres = run_once(["/usr/bin/time", "-f", "%M", "-o", rss_file, args.worker, "--exit", "0"], env,
+                    os.path.join(work, "worker.log"), 10)
+    worker_rss = int(open(rss_file).read().split()[-1]) if wres["rc"] == 0 else 0
+
+    # Schedule: each launcher's runs spread evenly over [0, 1), merged; launch and restart interleaved.
+    plan = []
+    for name in launchers:
+        torch = name != "ddprun"
+        for kind, reps in (("launch", args.reps_torch if torch else args.reps_ddprun),
+                           ("restart", args.restart_reps_torch if torch else args.restart_reps_ddprun),
+                           ("rss", args.rss_reps)):
+            for i in range(reps):
+                plan.append(((i + 0.5) / reps, name, kind))
+    plan.sort(key=lambda p: p[0])
+
+    load_before = open("/proc/loadavg").read().split()[:3]
+    started = time.monotonic()
+    print("launcher bench: warm-up", file=sys.stderr)
+    for name in launchers:
+        one(name, "launch", counted=False)
+    skipped = {n: 0 for n in launchers}
+    for _, name, kind in plan:
+        expected = slowest.get((name, kind), slowest.get((name, "launch"), 0))
+        if kind == "restart" and (name, kind) not in slowest:
+            expected *= 2
+        if name != "ddprun" and time.time() + expected > args.stop_at:
+            skipped[name] += 1
+            continue
+        one(name, kind)
+    elapsed = time.monotonic() - started
+    load_after = open("/proc/loadavg").read().split()[:3]
+
+    # ---- report --------------------------------------------------------------------------------------------
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average "
+          f"before {' '.join(load_before)}, after {' '.join(load_after)}; niceness {os.nice(0)}; "
+          f"measurement took {elapsed:.0f} s.")
+    print(f"Workers: {args.nproc} × fake_worker (peak RSS alone {worker_rss / 1024:.1f} MiB).\n")
+
+    def ms(x):
+        if x is None:
+            return "—"
+        return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+    def stat(xs, what):
+        if not xs:
+            return None
+        return {"median": statistics.median(xs), "p90": quantile(xs, 0.9), "min": min(xs),
+                "max": max(xs)}[what]
+
+    cols = sorted(launchers, key=lambda n: n != "ddprun")
+    header = {"ddprun": "ddprun", "torchrun": "torchrun (defaults: monitor 5 s)",
+              "torchrun-0.1": "torchrun --monitor_interval 0.1"}
+    targets = {("launch", "median"): "≤ 30 ms", ("restart", "median"): "≤ 50 ms",
+               ("maxrss", "max"): "≤ 10 MiB"}
+    line = "| metric | target |"
+    sep = "|---|---|"
+    for c in cols:
+        line += f" {header[c]} |"
+        sep += "---:|"
+        if c != "ddprun" and "ddprun" in launchers:
+            line += " ÷ ddprun |"
+            sep += "---:|"
+    print(line)
+    print(sep)
+
+    def row(label, key, what, fmt):
+        target = targets.get((key, what), "")
+        out = f"| {label} | {target} |"
+        base = stat(results["ddprun"][key], what) if "ddprun" in launchers else None
+        for c in cols:
+            v = stat(results[c][key], what)
+            out += f" {fmt(v)} |"
+            if c != "ddprun" and "ddprun" in launchers:
+                out += f" {v / base:,.0f}× |" if v is not None and base else " — |"
+        print(out)
+
+    mib = lambda kb: "—" if kb is None else f"{kb / 1024:.1f} MiB"
+    for key, label in (("launch", "launch-to-exit"),
+                       ("restart", "restart: crash → last replacement started"),
+                       ("restart_first", "restart: crash → first replacement started")):
+        for what in ("median", "p90", "min"):
+            row(f"{label}, {what}", key, what, ms)
+    row("agent peak RSS (`/usr/bin/time -f %M`, max of runs)", "maxrss", "max", mib)
+    row("agent peak RSS (its VmHWM sampled every 1 ms, max of runs)", "hwm", "max", mib)
+    counts = "| runs: launch / restart / rss / failed / leaked processes / skipped (time limit) | |"
+    for c in cols:
+        r = results[c]
+        counts += (f" {len(r['launch'])} / {len(r['restart'])} / {len(r['maxrss'])} / {r['failed']}"
+                   f" / {r['leaked']}"
+                   f" / {skipped[c]} |")
+        if c != "ddprun" and "ddprun" in launchers:
+            counts += " |"
+    print(counts)
+    print("\nCommands (`fake_worker` = BUILD/tests/bin/fake_worker, `$TMP/logs-K` and `$TMP/stamp-K` "
+          f"fresh per run; torchrun = {args.python} -m torch.distributed.run; the rss runs are the launch "
+          "command under `/usr/bin/time -f %M`):\n")
+    print("```")
+    for c in cols:
+        for kind in ("launch", "restart"):
+            if kind in results[c]["commands"]:
+                print(results[c]["commands"][kind])
+    print("```")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            machine = {"cpus": os.cpu_count(), "cpu": cpu, "load_before": load_before,
+                       "load_after": load_after, "niceness": os.nice(0)}
+            json.dump({"machine": machine, "worker_rss_kb": worker_rss, "nproc": args.nproc,
+                       "results": results, "skipped": skipped}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

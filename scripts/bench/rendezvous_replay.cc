@@ -1,0 +1,388 @@
+// ddprun-rendezvous-replay: the requests of DynamicRendezvous's first round, replayed for N nodes by one
+// event-driven client thread against one StoreServerThread on loopback. A benchmark, not a test.
+//
+//   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S]
+//
+// Why: ddprun-rendezvous-sim runs N real DynamicRendezvous objects, one thread and two blocking StoreClient
+// connections (each with its own io_context) per node; on a 2-core machine those simulated clients use about
+// twice the CPU the store does, so its wall time measures the simulation as much as the protocol. Here the
+// clients cost next to nothing (one thread, one io_context, N sockets, no thread switches), so the time is
+// what the protocol costs the store, as when every node is a machine of its own.
+//
+// Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
+// for each reply before the next, as rendezvous/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
+// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<host> 0 when min < max], CHECK
+// round, CHECK closed, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node whose
+// arrival makes the count min [WAITs for r0/full when min < max] and closes: ADD joined 0, COMPARE_SET
+// closed, WAIT + MULTI_GET the descriptors, rdzv::order_nodes, MULTI_SET the assignments, SET round; every
+// other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET assign/<i>.
+// The store must count the same requests per node as ddprun-rendezvous-sim does (11 for min = max): if
+// they differ, dynamic_rendezvous.cc changed and this replay must follow it. Only the main connection of
+// each node is opened (the watcher connection sends nothing during a round).
+//
+// Output: one JSON line like ddprun-rendezvous-sim's (wall_ms, phases_ms, requests_round, requests_per_node,
+// cpu_ms {store, clients}); exit 0 when the round completed and verified, 1 otherwise, 2 bad flags.
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/store_server.h"
+#include "rendezvous/wire_codec.h"
+
+namespace ddprun::bench {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using rdzv::Op;
+using rdzv::Request;
+using Clock = std::chrono::steady_clock;
+
+const std::string kPrefix = "/ddprun/sim/";  // StoreClient's "/" + DynamicRendezvous::key()
+int local_world_size(int idx) {
+  return 1 + idx % 4;
+}
+std::string rk(const std::string& k) {
+  return kPrefix + "r0/" + k;
+}
+
+double cpu_ms(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// What a request's reply is made of.
+enum class Reply { kNone, kU8, kU32, kI64, kBytes, kManyBytes };
+
+struct Round;
+
+// One simulated node: a socket, a receive buffer and the step it is at.
+class Node {
+ public:
+  Node(asio::io_context& io, Round& round, int idx) : socket_(io), round_(round), idx_(idx) {}
+  void connect(const tcp::endpoint& ep) {
+    socket_.connect(ep);
+    socket_.set_option(tcp::no_delay(true));
+  }
+  // Sends `req`; when the whole reply is in, calls `then` with its fields (ints in `num`, byte strings in
+  // `strs`). `many` is the count for kManyBytes.
+  void call(Request req, Reply kind, std::function<void()> then, size_t many = 0);
+  void run();  // the protocol, step by step (below)
+
+  int64_t num = 0;
+  std::vector<std::string> strs;
+  Clock::time_point t0, t1;
+  std::string assignment;
+  int idx() const { return idx_; }
+
+ private:
+  void read_reply(Reply kind, size_t many, std::function<void()> then);
+  bool parse(Reply kind, size_t many);
+  void close_round();
+  void finish();
+
+  tcp::socket socket_;
+  Round& round_;
+  int idx_;
+  int64_t index_ = -1;
+  std::string out_;
+  std::vector<uint8_t> in_;
+  size_t in_len_ = 0;
+};
+
+struct Round {
+  int nodes = 0, min = 0;
+  int returned = 0;
+  std::string error;
+  asio::io_context* io = nullptr;
+  std::function<void()> on_all_returned;
+};
+
+void Node::call(Request req, Reply kind, std::function<void()> then, size_t many) {
+  out_.clear();
+  rdzv::encode_request(rdzv::Dialect::kModern, req, out_);
+  asio::async_write(socket_, asio::buffer(out_), [this, kind, many, then = std::move(then)](auto ec, size_t) {
+    if (ec) {
+      round_.error = "write: " + ec.message();
+      return round_.io->stop();
+    }
+    if (kind == Reply::kNone) return then();
+    read_reply(kind, many, then);
+  });
+}
+
+void Node::read_reply(Reply kind, size_t many, std::function<void()> then) {
+  if (parse(kind, many)) return then();
+  if (in_.size() - in_len_ < 4096) in_.resize(std::max<size_t>(in_.size() * 2, 8192));
+  socket_.async_read_some(asio::buffer(in_.data() + in_len_, in_.size() - in_len_),
+                          [this, kind, many, then = std::move(then)](auto ec, size_t n) {
+                            if (ec) {
+                              round_.error = "read: " + ec.message();
+                              return round_.io->stop();
+                            }
+                            in_len_ += n;
+                            read_reply(kind, many, then);
+                          });
+}
+
+// Takes one complete reply off the buffer; false while it is incomplete.
+bool Node::parse(Reply kind, size_t many) {
+  rdzv::WireReader r(std::span<const uint8_t>(in_.data(), in_len_));
+  strs.clear();
+  bool ok = true;
+  uint8_t u8 = 0;
+  uint32_t u32 = 0;
+  switch (kind) {
+    case Reply::kNone:
+      break;
+    case Reply::kU8:
+      ok = r.u8(u8), num = u8;
+      break;
+    case Reply::kU32:
+      ok = r.u32(u32), num = u32;
+      break;
+    case Reply::kI64:
+      ok = r.i64(num);
+      break;
+    case Reply::kBytes:
+    case Reply::kManyBytes:
+      for (size_t i = 0; ok && i < (kind == Reply::kBytes ? 1 : many); ++i) {
+        std::string s;
+        ok = r.bytes(s, SIZE_MAX) == rdzv::WireReader::BytesStatus::kOk;
+        strs.push_back(std::move(s));
+      }
+      break;
+  }
+  if (!ok) return false;
+  std::memmove(in_.data(), in_.data() + r.position(), in_len_ - r.position());
+  in_len_ -= r.position();
+  return true;
+}
+
+Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
+            int64_t delta = 0) {
+  return Request{.op = op, .keys = std::move(keys), .values = std::move(values), .delta = delta};
+}
+
+void Node::run() {
+  const bool elastic = round_.min < round_.nodes;
+  char id[32];
+  std::snprintf(id, sizeof id, "node-%05d", idx_);
+  const std::string identity = id;
+  t0 = Clock::now();
+  auto join = [this, identity] {
+    call(req(Op::kCheck, {kPrefix + "round"}), Reply::kU8, [this, identity] {
+      call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, identity] {
+        call(req(Op::kAdd, {rk("joined")}, {}, 1), Reply::kI64, [this, identity] {
+          index_ = num - 1;
+          std::string desc = identity + "|-1|" + std::to_string(local_world_size(idx_));
+          call(req(Op::kSet, {rk("node/" + std::to_string(index_))}, {desc}), Reply::kNone, [this] {
+            auto after_full = [this] {
+              if (index_ + 1 == round_.min) return close_round();
+              call(req(Op::kWait, {rk("closed")}), Reply::kU8, [this] { finish(); });
+            };
+            if (index_ + 1 != round_.nodes) return after_full();
+            call(req(Op::kSet, {rk("full")}, {"1"}), Reply::kNone, after_full);
+          });
+        });
+      });
+    });
+  };
+  call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, elastic, identity, join] {
+    if (!elastic) return join();
+    call(req(Op::kAdd, {kPrefix + "failures/" + identity}, {}, 0), Reply::kI64, join);
+  });
+}
+
+void Node::close_round() {
+  auto close = [this] {
+    call(req(Op::kAdd, {rk("joined")}, {}, 0), Reply::kI64, [this] {
+      auto count = std::min<int64_t>(num, round_.nodes);
+      call(req(Op::kCompareSet, {rk("closed")}, {"", std::to_string(count)}), Reply::kBytes, [this, count] {
+        std::vector<std::string> keys;
+        for (int64_t i = 0; i < count; ++i) keys.push_back(rk("node/" + std::to_string(i)));
+        call(req(Op::kWait, keys), Reply::kU8, [this, keys, count] {
+          call(
+              req(Op::kMultiGet, keys), Reply::kManyBytes,
+              [this, count] {
+                std::vector<std::string> ids;
+                std::vector<int> prev, lws;
+                for (const auto& d : strs) {
+                  auto a = d.find('|'), b = d.rfind('|');
+                  ids.push_back(d.substr(0, a));
+                  prev.push_back(std::stoi(d.substr(a + 1, b - a - 1)));
+                  lws.push_back(std::stoi(d.substr(b + 1)));
+                }
+                auto rank = rdzv::order_nodes(ids, prev);
+                std::vector<int> by_rank(static_cast<size_t>(count)), base(static_cast<size_t>(count), 0);
+                for (size_t i = 0; i < rank.size(); ++i) by_rank[static_cast<size_t>(rank[i])] = lws[i];
+                for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
+                int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
+                std::vector<std::string> keys, values;
+                for (size_t i = 0; i < rank.size(); ++i) {
+                  keys.push_back(rk("assign/" + std::to_string(i)));
+                  values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
+                                   std::to_string(base[static_cast<size_t>(rank[i])]) + "|" +
+                                   std::to_string(world));
+                }
+                call(req(Op::kMultiSet, keys, values), Reply::kNone, [this] {
+                  call(req(Op::kSet, {kPrefix + "round"}, {"0"}), Reply::kNone, [this] { finish(); });
+                });
+              },
+              static_cast<size_t>(count));
+        });
+      });
+    });
+  };
+  if (round_.min == round_.nodes) return close();
+  call(req(Op::kWait, {rk("full")}), Reply::kU8, close);  // the last call, ended by the max-th arrival
+}
+
+// After the close: the node reads the node count and its assignment, as next_rendezvous does.
+void Node::finish() {
+  const std::string assign = rk("assign/" + std::to_string(index_));
+  call(req(Op::kWait, {rk("closed")}), Reply::kU8, [this, assign] {
+    call(req(Op::kGet, {rk("closed")}), Reply::kBytes, [this, assign] {
+      call(req(Op::kWait, {assign}), Reply::kU8, [this, assign] {
+        call(req(Op::kWait, {assign}), Reply::kU8, [this, assign] {
+          call(req(Op::kGet, {assign}), Reply::kBytes, [this] {
+            assignment = strs.at(0);
+            t1 = Clock::now();
+            if (++round_.returned == round_.nodes) round_.on_all_returned();
+          });
+        });
+      });
+    });
+  });
+}
+
+// Checks each assignment "<rank>|<nodes>|<base>|<world>"; "" when the round is right.
+std::string verify(const std::vector<std::unique_ptr<Node>>& nodes) {
+  int n = static_cast<int>(nodes.size()), world = 0;
+  for (int i = 0; i < n; ++i) world += local_world_size(i);
+  int base = 0;
+  for (const auto& node : nodes) {  // every node is a newcomer: rank = identity order = idx
+    std::string want = std::to_string(node->idx()) + "|" + std::to_string(n) + "|" + std::to_string(base) +
+                       "|" + std::to_string(world);
+    if (node->assignment != want)
+      return "node " + std::to_string(node->idx()) + " got '" + node->assignment + "'";
+    base += local_world_size(node->idx());
+  }
+  return "";
+}
+
+int run(int n, int min, double timeout_s) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  spdlog::set_level(spdlog::level::warn);
+  rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+  asio::io_context io;
+  Round round{.nodes = n, .min = min, .io = &io};
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), server.port());
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < n; ++i) {
+    nodes.push_back(std::make_unique<Node>(io, round, i));
+    nodes.back()->connect(ep);
+  }
+  asio::steady_timer deadline(io, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  deadline.async_wait([&](auto ec) {
+    if (!ec && round.error.empty()) round.error = "not every node returned within --timeout";
+    io.stop();
+  });
+  // The modern handshake of each connection (VALIDATE + PING), as StoreClient does; not timed.
+  int shaken = 0;
+  for (auto& node : nodes) {
+    Node* p = node.get();
+    p->call(Request{.op = Op::kValidate, .number = rdzv::kValidationMagic}, Reply::kNone, [&, p] {
+      p->call(Request{.op = Op::kPing, .number = 7}, Reply::kU32, [&] {
+        if (++shaken == n) io.stop();
+      });
+    });
+  }
+  io.run();
+  io.restart();
+  const auto stats1 = server.stats();
+  const double thread0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), process0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+  round.on_all_returned = [&] { deadline.cancel(); };
+  for (auto& node : nodes) node->run();
+  if (shaken == n) io.run();
+  const double clients_cpu = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - thread0;
+  const double store_cpu = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - process0 - clients_cpu;
+  const auto stats2 = server.stats();
+
+  std::string error = shaken < n ? "the handshakes did not finish" : round.error;
+  if (error.empty()) error = verify(nodes);
+  nlohmann::json out = {{"nodes", n}, {"min_nodes", min}, {"max_nodes", n}, {"simulation", "replay"}};
+  if (round.returned == n) {
+    Clock::time_point first = nodes[0]->t0, last_start = first, first_done = nodes[0]->t1, last = first_done;
+    for (const auto& node : nodes) {
+      first = std::min(first, node->t0);
+      last_start = std::max(last_start, node->t0);
+      first_done = std::min(first_done, node->t1);
+      last = std::max(last, node->t1);
+    }
+    auto ms = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(t - first).count();
+    };
+    out["wall_ms"] = ms(last);
+    out["phases_ms"] = {{"last_node_started", ms(last_start)},
+                        {"first_node_returned", ms(first_done)},
+                        {"last_node_returned", ms(last)}};
+  }
+  out["requests_round"] = stats2.requests - stats1.requests;
+  out["requests_per_node"] = static_cast<double>(stats2.requests - stats1.requests) / n;
+  out["connections"] = stats1.connections;
+  out["cpu_ms"] = {{"store", store_cpu}, {"clients", clients_cpu}};
+  out["ok"] = error.empty();
+  if (!error.empty()) out["error"] = error;
+  std::cout << out.dump() << std::endl;
+  return error.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ddprun::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun-rendezvous-replay: DynamicRendezvous's requests for N nodes from one client thread"};
+  int nodes = 64, min = 0;
+  double timeout_s = 120;
+  app.add_option("--nodes", nodes, "Simulated nodes (max_nodes)")->check(CLI::Range(1, 100000));
+  app.add_option("--min", min, "min_nodes (default: = --nodes)")->check(CLI::Range(0, 100000));
+  app.add_option("--timeout", timeout_s, "Deadline of the whole run, seconds")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (min == 0) min = nodes;
+  if (min > nodes) {
+    std::cerr << "ddprun-rendezvous-replay: --min must not exceed --nodes\n";
+    return 2;
+  }
+  try {
+    return ddprun::bench::run(nodes, min, timeout_s);
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-rendezvous-replay: " << e.what() << "\n";
+    return 1;
+  }
+}

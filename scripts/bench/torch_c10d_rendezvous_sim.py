@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""N simulated nodes run torch 1.13's own elastic rendezvous (c10d backend) against one TCPStore.
+
+    /usr/bin/python3 scripts/bench/torch_c10d_rendezvous_sim.py --nodes N [--store torch|ddprun]
+                     [--ddprun-store PATH] [--timeout S]
+
+The counterpart of ddprun-rendezvous-sim, for scripts/bench-rendezvous.sh. A benchmark, not a test.
+
+What it does, in order:
+  1. starts the store: --store torch hosts torch's own TCPStore server in this process (a master TCPStore,
+     whose server is a C++ thread); --store ddprun starts PATH (ddprun-store --port 0), wire compatible;
+  2. builds N nodes on the main thread (not timed): each a TCPStore client of its own, a
+     C10dRendezvousBackend(store, run_id) and DynamicRendezvousHandler.from_backend(...) with
+     min_nodes = max_nodes = N, exactly what torchrun's c10d backend builds per agent;
+  3. starts one thread per node, parked on a barrier; when all are parked, releases them; each calls
+     next_rendezvous() and stamps time.monotonic() before and after;
+  4. verifies: ranks 0..N-1 each exactly once, world size N for every node;
+  5. prints one JSON line: wall_ms = last return - first call, phases like the C++ simulation, and for
+     --store ddprun the requests the store served in the whole run (setup included: each node's client
+     ADDs "init/" once and its backend does one COMPARE_SET; ddprun-store logs the count when stopped).
+
+Timeouts (RendezvousTimeout; torch requires each to be positive): join = --timeout, last_call = 1 ms,
+close = 30 s, heartbeat = 5 s. With min_nodes = max_nodes the round completes when the N-th node joins
+(torch marks it complete at once), so the last call never applies; keep-alive interval 5 s (torch's fixed
+value in from_backend). Torch's own protocol waits: a node first sleeps a random 0-0.3 s (round 0), and a
+node that must wait polls the state every 1 s; both are part of what is measured.
+
+Exit codes: 0 round complete and verified; 1 a node failed or timed out, or the check failed (the JSON line
+says why); 2 torch missing.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+try:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        RendezvousTimeout,
+    )
+except ImportError as exc:  # plain python3 on PATH may be a Python without torch
+    print(f"torch_c10d_rendezvous_sim: {exc}; run it with /usr/bin/python3", file=sys.stderr)
+    sys.exit(2)
+
+
+def start_ddprun_store(path):
+    """Starts ddprun-store on a free port; returns (process, port)."""
+    proc = subprocess.Popen([path, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()  # its first line, printed once it accepts connections
+    m = re.search(r"listening on .*:(\d+)$", line.strip())
+    if not m:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"ddprun-store did not start: {line!r}")
+    return proc, int(m.group(1))
+
+
+def stop_ddprun_store(proc):
+    """Stops ddprun-store with SIGTERM; returns the number of requests it says it served, or None."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    m = re.search(r"(\d+) requests served", out or "")
+    return int(m.group(1)) if m else None
+
+
+def main():
+    proc_holder = []  # a ddprun-store we started: killed on every way out
+    try:
+        run(proc_holder)
+    finally:
+        for p in proc_holder:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def run(proc_holder):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--store", choices=["torch", "ddprun"], default="torch")
+    ap.add_argument("--ddprun-store", help="the ddprun-store program (with --store ddprun)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="join timeout and overall deadline, s")
+    args = ap.parse_args()
+    if args.store == "ddprun" and not args.ddprun_store:
+        ap.error("--store ddprun needs --ddprun-store PATH")
+    n = args.nodes
+
+    server, proc = None, None
+    if args.store == "torch":
+        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                               timeout=timedelta(seconds=60))
+        port = server.port
+    else:
+        proc, port = start_ddprun_store(args.ddprun_store)
+        proc_holder.append(proc)
+
+    run_id = "sim"
+    timeout = RendezvousTimeout(join=timedelta(seconds=args.timeout), last_call=timedelta(milliseconds=1),
+                                close=timedelta(seconds=30), heartbeat=timedelta(seconds=5))
+    out = {"nodes": n, "store": args.store, "min_nodes": n, "max_nodes": n, "last_call_ms": 1,
+           "torch": torch.__version__}
+    handlers = []
+    setup_start = time.monotonic()
+    for _ in range(n):
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+        backend = C10dRendezvousBackend(store, run_id)
+        handlers.append(DynamicRendezvousHandler.from_backend(run_id, store, backend, n, n, timeout))
+    out["setup_ms"] = (time.monotonic() - setup_start) * 1e3
+
+    results = [None] * n
+    barrier = threading.Barrier(n)
+
+    def node(i):
+        barrier.wait()
+        t0 = time.monotonic()
+        try:
+            _, rank, world = handlers[i].next_rendezvous()
+            results[i] = (t0, time.monotonic(), rank, world, None)
+        except Exception as exc:  # noqa: BLE001 - reported, not handled
+            results[i] = (t0, time.monotonic(), -1, -1, f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + args.timeout + 30
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for h in handlers:
+        h._stop_heartbeats()  # no public way to stop them without closing the rendezvous
+
+    error = None
+    done = [r for r in results if r is not None]
+    if len(done) < n:
+        error = f"only {len(done)} of {n} nodes returned in time"
+    elif any(r[4] for r in done):
+        error = next(r[4] for r in done if r[4])
+    elif sorted(r[2] for r in done) != list(range(n)):
+        error = "ranks are not 0..N-1 each exactly once"
+    elif any(r[3] != n for r in done):
+        error = "a node got a world size other than N"
+    if done:
+        first = min(r[0] for r in done)
+        ms = lambda t: (t - first) * 1e3  # noqa: E731
+        out["wall_ms"] = ms(max(r[1] for r in done))
+        out["phases_ms"] = {"last_node_started": ms(max(r[0] for r in done)),
+                            "first_node_returned": ms(min(r[1] for r in done)),
+                            "last_node_returned": ms(max(r[1] for r in done))}
+    if proc is not None:
+        served = stop_ddprun_store(proc)
+        if served is not None:
+            out["requests_total"] = served
+            out["requests_per_node_incl_setup"] = served / n
+    out["ok"] = error is None
+    if error:
+        out["error"] = error
+    print(json.dumps(out), flush=True)
+    os._exit(0 if error is None else 1)  # skip tearing down N clients and their threads
+
+
+if __name__ == "__main__":
+    main()
