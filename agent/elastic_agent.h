@@ -8,7 +8,7 @@
 //   INIT -> (rendezvous) -> HEALTHY --all succeeded--> SUCCEEDED (exit barrier) -> exit 0
 //                              |--a worker failed / a peer failed--> stop group -> restart (max_restarts)
 //                              |                                     or FAILED -> exit with root cause code
-//                              '--signal--> forward, grace, SIGKILL -> exit 128+N
+//                              '--signal--> forward, grace, SIGKILL -> exit 128+N (or signal_exit_codes)
 //
 // Threads: run() blocks the calling thread (the loop); an internal io_context thread owns the processes and
 // signals; a watcher thread waits on the store. No worker outlives run(): every exit path stops and reaps
@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,8 @@ struct AgentConfig {
   std::chrono::milliseconds shutdown_grace{30000};
   std::chrono::milliseconds exit_barrier_timeout{300000};
   std::vector<int> signals_to_handle;
+  // Exit code when signal N ends the job (received here, or on a peer that published it); absent: 128+N.
+  std::map<int, int> signal_exit_codes;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
   std::string node_tag;           // "" or e.g. "n1" (prefixed to console lines when nnodes > 1)
 };
