@@ -28,7 +28,11 @@
 // max_us, errors (failed connects of active clients, broken connections, wrong replies, timeouts),
 // first_error, idle_requested, idle_connected, idle_alive, and with --server-pid: server_rss_kb_before
 // (before any connection), server_rss_kb and server_hwm_kb (VmRSS and VmHWM after the measurement, every
-// connection still open) and server_fds (its open descriptors then).
+// connection still open), server_fds (its open descriptors then) and server_cpu_us_per_op (the server's
+// CPU time, all threads, user + system, over the measured window, per op; -1 when unknown);
+// bench_cpu_us_per_op is the same for this program. CPU per op tells servers apart when the server has idle
+// time (few clients, many idle connections); when both processes are busy all the time it mostly reflects
+// the throughput.
 //
 // Exit codes: 0 run completed without errors; 1 errors or a timeout (the JSON line is still printed);
 // 2 bad flags or the host cannot be resolved. Every phase has a deadline, so the program always ends.
@@ -45,12 +49,14 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "rendezvous/wire_codec.h"
 
@@ -116,6 +122,34 @@ ServerSample sample_server(int pid) {
   return s;
 }
 
+// CPU time used so far by the server process (all threads; -1 when unknown) and by this process.
+struct CpuTimes {
+  double server_s = -1;
+  double self_s = 0;
+};
+
+CpuTimes sample_cpu(int pid) {
+  CpuTimes t;
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    t.self_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  }
+  if (pid <= 0) return t;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto paren = stat.rfind(')');  // the command name may contain spaces
+  if (paren == std::string::npos) return t;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);  // fields 14 and 15: utime, stime
+  }
+  t.server_s = ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return t;
+}
+
 rdzv::Request make(rdzv::Op op, std::string key = {}, std::optional<std::string> value = {},
                    int64_t delta = 0) {
   rdzv::Request r;
@@ -155,7 +189,6 @@ class Client {
     boost::system::error_code ignored;
     socket_.close(ignored);
   }
-  bool open() const { return socket_.is_open(); }
 
   size_t index() const { return index_; }
   Clock::time_point sent_at() const { return sent_at_; }
@@ -178,6 +211,7 @@ class Client {
   Clock::time_point sent_at_{};
   int64_t int_reply_ = 0;
   std::string bytes_reply_;
+  std::string write_error_;  // why the rest of a request could not be sent
 };
 
 class Bench {
@@ -212,6 +246,7 @@ class Bench {
   asio::io_context io_{1};
   tcp::endpoint endpoint_;
   asio::steady_timer deadline_{io_};
+  asio::steady_timer start_timer_{io_};
   asio::steady_timer measure_timer_{io_};
   Phase phase_ = Phase::kConnectIdle;
 
@@ -232,6 +267,8 @@ class Bench {
   size_t idle_alive_ = 0;
   ServerSample before_;
   ServerSample after_;
+  std::optional<CpuTimes> cpu_start_;
+  std::optional<CpuTimes> cpu_end_;
 };
 
 // ---- Client ----------------------------------------------------------------------------------------------
@@ -253,7 +290,9 @@ void Client::issue(const std::string& request, ReplyKind kind) {
   if (n < request.size()) {
     asio::async_write(socket_, asio::buffer(request.data() + n, request.size() - n),
                       [this](const boost::system::error_code& wec, size_t) {
-                        if (wec && wec != asio::error::operation_aborted) close();  // the read then fails
+                        if (!wec || wec == asio::error::operation_aborted) return;
+                        write_error_ = "send: " + wec.message();
+                        close();  // aborts the reply wait, which reports write_error_
                       });
   }
   wait_reply();
@@ -267,7 +306,7 @@ void Client::wait_reply() {
 
 void Client::on_readable(const boost::system::error_code& ec) {
   if (ec) {
-    bench_.on_failure(*this, ec == asio::error::operation_aborted ? "" : "wait: " + ec.message());
+    bench_.on_failure(*this, ec != asio::error::operation_aborted ? "wait: " + ec.message() : write_error_);
     return;
   }
   if (in_.size() - have_ < 1024) in_.resize(in_.size() * 2);
@@ -410,9 +449,14 @@ void Bench::start_run() {
   auto start = Clock::now();
   measure_start_ = start + std::chrono::duration_cast<Clock::duration>(Seconds(o_.warmup));
   measure_end_ = measure_start_ + std::chrono::duration_cast<Clock::duration>(Seconds(o_.seconds));
+  start_timer_.expires_at(measure_start_);
+  start_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) cpu_start_ = sample_cpu(o_.server_pid);
+  });
   measure_timer_.expires_at(measure_end_);
   measure_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
+    cpu_end_ = sample_cpu(o_.server_pid);
     stopping_ = true;
     arm_deadline(kPrepareTimeoutS, [this] {
       error("requests in flight at the end took over " + std::to_string(kPrepareTimeoutS) + " s");
@@ -532,6 +576,14 @@ nlohmann::ordered_json Bench::report() const {
   j["p50_us"] = pct(0.50);
   j["p99_us"] = pct(0.99);
   j["max_us"] = lat.empty() ? 0.0 : std::round(lat.back() / 100.0) / 10.0;
+  // CPU per op, in µs, over the measured window: -1 when the window was cut short.
+  auto per_op = [&](double CpuTimes::*field) -> double {
+    if (!cpu_start_ || !cpu_end_ || lat.empty() || (*cpu_start_).*field < 0) return -1;
+    return std::round(((*cpu_end_).*field - (*cpu_start_).*field) * 1e7 / static_cast<double>(lat.size())) /
+           10.0;
+  };
+  j["server_cpu_us_per_op"] = per_op(&CpuTimes::server_s);
+  j["bench_cpu_us_per_op"] = per_op(&CpuTimes::self_s);
   j["errors"] = errors_;
   j["first_error"] = first_error_;
   j["idle_requested"] = o_.idle;
