@@ -100,7 +100,8 @@ bool is_local_host(const std::string& host) {
   return found;
 }
 
-DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options) : options_(std::move(options)) {
+DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
+    : options_(std::move(options)), keys_(options_.run_id) {
   if (options_.host.empty()) options_.host = local_hostname();
   if (options_.identity.empty()) options_.identity = options_.host + ":" + std::to_string(::getpid());
   uint16_t port = options_.endpoint_port;
@@ -127,12 +128,6 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options) : options
 }
 
 DynamicRendezvous::~DynamicRendezvous() = default;
-
-std::string DynamicRendezvous::key(const std::string& k) const { return "ddprun/" + options_.run_id + "/" + k; }
-
-std::string DynamicRendezvous::round_key(int round, const std::string& k) const {
-  return key("r" + std::to_string(round) + "/" + k);
-}
 
 int DynamicRendezvous::current_round() {
   if (!store_->check({key("round")})) return 0;
@@ -306,10 +301,7 @@ RendezvousInfo DynamicRendezvous::next_rendezvous(int local_world_size) {
 }
 
 RoundStop DynamicRendezvous::stop_round_at(int round, const RoundStop& stop) {
-  std::string now = store_->compare_set(round_key(round, "stop"), "", encode_round_stop(stop));
-  auto decoded = decode_round_stop(now);
-  if (!decoded) throw BadReplyError("rendezvous '" + options_.run_id + "': unreadable round stop '" + now + "'");
-  return *decoded;
+  return keys_.stop(*store_, round, stop);
 }
 
 RoundStop DynamicRendezvous::stop_round(const RoundStop& stop) { return stop_round_at(round_.load(), stop); }
@@ -331,14 +323,13 @@ void DynamicRendezvous::heartbeat_and_check() {
     std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
                          std::to_string(silent.count() / 1000.0).substr(0, 4) + " s";
     spdlog::warn("rendezvous {} round {}: {}; re-forming without it", options_.run_id, r, detail);
-    watcher_->compare_set(round_key(r, "stop"), "",
-                          encode_round_stop(RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0}));
+    keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   }
 }
 
 std::optional<RoundStop> DynamicRendezvous::wait_round_stopped(milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  const std::string k = round_key(round_.load(), "stop");
+  const int r = round_.load();
   while (true) {
     auto now = Clock::now();
     if (now >= next_beat_) {
@@ -346,12 +337,8 @@ std::optional<RoundStop> DynamicRendezvous::wait_round_stopped(milliseconds time
       next_beat_ = now + options_.keep_alive_interval;
     }
     auto until = std::min(deadline, next_beat_);
-    try {
-      watcher_->wait({k}, std::max(milliseconds(1), duration_cast<milliseconds>(until - now)));
-      return decode_round_stop(watcher_->get(k));
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) return std::nullopt;
-    }
+    auto stop = keys_.wait_stopped(*watcher_, r, std::max(milliseconds(1), duration_cast<milliseconds>(until - now)));
+    if (stop || Clock::now() >= deadline) return stop;
   }
 }
 
@@ -373,27 +360,14 @@ std::vector<int> DynamicRendezvous::unresponsive_nodes() {
   return dead;
 }
 
-void DynamicRendezvous::node_done() {
-  int r = round_.load();
-  if (store_->add(round_key(r, "done"), 1) == nodes_) {
-    stop_round(RoundStop{RoundStop::Kind::kDone, rank_, "all nodes succeeded", 0});
-  }
-}
+void DynamicRendezvous::node_done() { keys_.done(*store_, round_.load(), nodes_, rank_); }
 
-void DynamicRendezvous::set_closed() { store_->set(key("closed"), "1"); }
+void DynamicRendezvous::set_closed() { keys_.set_closed(*store_); }
 
-bool DynamicRendezvous::is_closed() { return store_->check({key("closed")}); }
+bool DynamicRendezvous::is_closed() { return keys_.is_closed(*store_); }
 
 void DynamicRendezvous::shutdown() {
-  int r = round_.load();
-  try {
-    if (r >= 0 && nodes_ > 0) {
-      if (store_->add(round_key(r, "left"), 1) == nodes_) store_->set(round_key(r, "left_all"), "1");
-      if (server_) store_->wait({round_key(r, "left_all")}, std::chrono::seconds(10));
-    }
-  } catch (const StoreError& e) {
-    spdlog::debug("rendezvous {}: shutdown: {}", options_.run_id, e.what());
-  }
+  keys_.leave(*store_, round_.load(), nodes_, server_ != nullptr);
   store_->close();
   watcher_->close();
   if (server_) server_->stop();

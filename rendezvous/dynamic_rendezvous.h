@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/round_keys.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 
@@ -88,8 +89,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   bool hosts_store() const { return server_ != nullptr; }
 
  private:
-  std::string key(const std::string& k) const;
-  std::string round_key(int round, const std::string& k) const;
+  std::string key(const std::string& k) const { return keys_.key(k); }
+  std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
   int current_round();
   // Waits until round r is closed (closing it when this node runs the last call or the closer vanished).
   void wait_closed_or_close(int r, int64_t index);
@@ -98,6 +99,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   void heartbeat_and_check();
 
   DynamicRendezvousOptions options_;
+  RoundKeys keys_;
   std::unique_ptr<StoreServerThread> server_;
   std::shared_ptr<StoreClient> store_;
   std::unique_ptr<StoreClient> watcher_;

@@ -64,7 +64,8 @@ std::string agent_identity() {
 
 }  // namespace
 
-StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options) : options_(std::move(options)) {
+StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options)
+    : options_(std::move(options)), keys_(options_.run_id) {
   std::string connect_host = options_.master_addr;
   port_ = options_.master_port;
   if (options_.host_store) {
@@ -83,12 +84,6 @@ StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options) : options_(s
 }
 
 StaticRendezvous::~StaticRendezvous() = default;
-
-std::string StaticRendezvous::key(const std::string& k) const { return "ddprun/" + options_.run_id + "/" + k; }
-
-std::string StaticRendezvous::round_key(int round, const std::string& k) const {
-  return key("r" + std::to_string(round) + "/" + k);
-}
 
 RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
   if (is_closed()) {
@@ -157,45 +152,20 @@ RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
   return info;
 }
 
-RoundStop StaticRendezvous::stop_round(const RoundStop& stop) {
-  std::string now = store_->compare_set(round_key(round_.load(), "stop"), "", encode_round_stop(stop));
-  auto decoded = decode_round_stop(now);
-  if (!decoded) throw BadReplyError("rendezvous '" + options_.run_id + "': unreadable round stop '" + now + "'");
-  return *decoded;
-}
+RoundStop StaticRendezvous::stop_round(const RoundStop& stop) { return keys_.stop(*store_, round_.load(), stop); }
 
 std::optional<RoundStop> StaticRendezvous::wait_round_stopped(milliseconds timeout) {
-  std::string k = round_key(round_.load(), "stop");
-  try {
-    watcher_->wait({k}, timeout);
-  } catch (const TimeoutError&) {
-    return std::nullopt;
-  }
-  return decode_round_stop(watcher_->get(k));
+  return keys_.wait_stopped(*watcher_, round_.load(), timeout);
 }
 
-void StaticRendezvous::node_done() {
-  int r = round_.load();
-  if (store_->add(round_key(r, "done"), 1) == options_.nnodes) {
-    stop_round(RoundStop{RoundStop::Kind::kDone, options_.node_rank, "all nodes succeeded", 0});
-  }
-}
+void StaticRendezvous::node_done() { keys_.done(*store_, round_.load(), options_.nnodes, options_.node_rank); }
 
-void StaticRendezvous::set_closed() { store_->set(key("closed"), "1"); }
+void StaticRendezvous::set_closed() { keys_.set_closed(*store_); }
 
-bool StaticRendezvous::is_closed() { return store_->check({key("closed")}); }
+bool StaticRendezvous::is_closed() { return keys_.is_closed(*store_); }
 
 void StaticRendezvous::shutdown() {
-  // The store host waits (briefly) until every node has seen the end, so nobody loses the store mid-read.
-  int r = round_.load();
-  try {
-    if (r >= 0) {
-      if (store_->add(round_key(r, "left"), 1) == options_.nnodes) store_->set(round_key(r, "left_all"), "1");
-      if (server_) store_->wait({round_key(r, "left_all")}, std::chrono::seconds(10));
-    }
-  } catch (const StoreError& e) {
-    spdlog::debug("rendezvous {}: shutdown: {}", options_.run_id, e.what());
-  }
+  keys_.leave(*store_, round_.load(), options_.nnodes, server_ != nullptr);
   store_->close();
   watcher_->close();
   if (server_) server_->stop();

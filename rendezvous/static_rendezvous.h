@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/round_keys.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 
@@ -56,10 +57,11 @@ class StaticRendezvous final : public RendezvousHandler {
   std::shared_ptr<StoreClient> store() { return store_; }
 
  private:
-  std::string key(const std::string& k) const;
-  std::string round_key(int round, const std::string& k) const;
+  std::string key(const std::string& k) const { return keys_.key(k); }
+  std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
 
   StaticRendezvousOptions options_;
+  RoundKeys keys_;
   std::unique_ptr<StoreServerThread> server_;
   uint16_t port_ = 0;
   std::shared_ptr<StoreClient> store_;     // agent loop's connection

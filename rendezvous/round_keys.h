@@ -1,0 +1,43 @@
+// RoundKeys: the store keys and steps both rendezvous backends share, under "/ddprun/<run_id>/".
+//
+//   r<round>/stop      RoundStop, written once by compare_set: the first stop of a round wins
+//   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
+//   r<round>/left      ADD counter of nodes leaving; the last one sets r<round>/left_all
+//   closed             the job is over: late agents must exit
+// Stateless apart from the run id; every method is one to three store requests and may throw StoreError.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "rendezvous/rendezvous_handler.h"
+
+namespace ddprun::rdzv {
+
+class RoundKeys {
+ public:
+  explicit RoundKeys(std::string run_id) : run_id_(std::move(run_id)) {}
+
+  std::string key(const std::string& k) const { return "ddprun/" + run_id_ + "/" + k; }
+  std::string round_key(int round, const std::string& k) const {
+    return key("r" + std::to_string(round) + "/" + k);
+  }
+
+  // Publishes `stop` unless the round already stopped; returns the stop that won.
+  RoundStop stop(Store& store, int round, const RoundStop& stop) const;
+  // Waits up to `timeout` for the round's stop (nullopt on timeout).
+  std::optional<RoundStop> wait_stopped(Store& store, int round, std::chrono::milliseconds timeout) const;
+  // Counts this node done; the last of `nodes` stops the round as kDone.
+  void done(Store& store, int round, int nodes, int node_rank) const;
+  void set_closed(Store& store) const { store.set(key("closed"), "1"); }
+  bool is_closed(Store& store) const { return store.check({key("closed")}); }
+  // Counts this node out of the round; the store host (`wait`) then waits up to 10 s until every node has
+  // left, so that nobody loses the store in the middle of reading the round's end. Never throws.
+  void leave(Store& store, int round, int nodes, bool wait) const;
+
+ private:
+  std::string run_id_;
+};
+
+}  // namespace ddprun::rdzv
