@@ -121,6 +121,12 @@ class ElasticAgent::Loop {
   Outcome supervise(const Round& round, int& exit_code);
   WorkerFailure failure_of(const Round& round, const Event& e) const;
   void begin_stop(int sig);
+  // The signal that made a node stop the round (kShutdown with exit code 128+N), or 0.
+  static int shutdown_signal(const rdzv::RoundStop& stop) {
+    bool by_signal = stop.kind == rdzv::RoundStop::Kind::kShutdown && stop.exit_code > 128 &&
+                     stop.exit_code <= 128 + SIGRTMAX;
+    return by_signal ? stop.exit_code - 128 : 0;
+  }
   int signal_exit_code(int sig) const {
     auto it = config_.signal_exit_codes.find(sig);
     return it == config_.signal_exit_codes.end() ? 128 + sig : it->second;
@@ -347,7 +353,8 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         barrier_deadline.reset();
         if (!stopping) {
           stopping = true;
-          begin_stop(SIGTERM);
+          // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
+          begin_stop(shutdown_signal(*stop) ? shutdown_signal(*stop) : SIGTERM);
         }
         break;
       case Event::Kind::kWatcherError:
@@ -362,6 +369,14 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         }
         break;
       case Event::Kind::kSignal:
+        // A peer stopped the round because it got this same signal: under Slurm every node gets it, a few ms
+        // apart. Not a second signal: the workers keep their grace.
+        if (signal == 0 && stop && stop->node_rank != node && shutdown_signal(*stop) == e.signal) {
+          signal = e.signal;
+          spdlog::warn("received {} (already forwarded: node {} got it first)", signal_name(signal),
+                       stop->node_rank);
+          break;
+        }
         if (signal != 0 || (stopping && stop)) {
           spdlog::warn("received {} again: killing the workers now", signal_name(e.signal));
           asio::post(io_, [this] { procs_->signal_all(SIGKILL); });
@@ -372,7 +387,7 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         spdlog::warn("received {}: forwarding it to the workers (grace {} s)", signal_name(signal),
                      config_.shutdown_grace.count() / 1000.0);
         publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
-                          signal_name(signal), signal_exit_code(signal)});
+                          signal_name(signal), 128 + signal});
         barrier_deadline.reset();
         stopping = true;
         begin_stop(signal);
@@ -400,7 +415,7 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
           return Outcome::kRejoin;
         }
         if (stop->kind == RoundStop::Kind::kShutdown) {
-          exit_code = stop->exit_code;
+          exit_code = shutdown_signal(*stop) ? signal_exit_code(shutdown_signal(*stop)) : stop->exit_code;
           ended_by_signal_ = true;
           return Outcome::kExit;
         }

@@ -10,6 +10,9 @@
 //                              |                                     or FAILED -> exit with root cause code
 //                              '--signal--> forward, grace, SIGKILL -> exit 128+N (or signal_exit_codes)
 //
+// A signal on one node stops every node: the others stop their workers with the same signal, and that
+// signal reaching them too a moment later (Slurm signals every node) is not a second one (no SIGKILL).
+//
 // Threads: run() blocks the calling thread (the loop); an internal io_context thread owns the processes and
 // signals; a watcher thread waits on the store. No worker outlives run(): every exit path stops and reaps
 // the group. Exit codes are documented in docs/cli.md (see ExitCode).

@@ -69,6 +69,23 @@ std::string shell_quote(std::string_view arg) {
   return out + "'";
 }
 
+std::string format_slurm_launch(const SlurmLaunch& s) {
+  std::ostringstream out;
+  const char* layout = s.settings.task_mode    ? "one agent per task"
+                       : s.settings.batch_step ? "batch script"
+                                               : "one agent per node";
+  out << "  slurm:      "
+      << (s.auto_detected ? "detected (SLURM_JOB_ID, SLURM_PROCID; --no_slurm ignores it)" : "--slurm")
+      << ", job step " << s.settings.step_token << ", " << layout << ", "
+      << (s.hosts_store ? "this agent hosts the store" : "the store is on " + s.store_host) << "\n";
+  if (!s.probe_ports.empty()) {
+    out << "              store port: first free of " << format_ports(s.probe_ports) << " on " << s.store_host
+        << " (docs/slurm.md)\n";
+  }
+  for (const auto& d : s.used) out << "    " << d.setting << " " << d.value << "  <- " << d.source << "\n";
+  return out.str();
+}
+
 std::string format_plan(const LaunchConfig& c, const Plan& plan) {
   std::ostringstream out;
   std::string nnodes_flag = c.min_nodes == c.max_nodes
@@ -87,6 +104,7 @@ std::string format_plan(const LaunchConfig& c, const Plan& plan) {
   }
   out << " forwarded; SIGKILL after " << format_seconds(c.shutdown_timeout) << "\n";
   out << "  logs:       " << (c.log_dir.empty() ? std::string("(no --log_dir)") : c.log_dir) << "\n";
+  if (c.slurm) out << format_slurm_launch(*c.slurm);
   for (const auto& w : plan.workers) {
     out << "worker local_rank " << w.local_rank << " (rank " << w.rank << "):\n";
     out << "  argv:";

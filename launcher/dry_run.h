@@ -33,6 +33,10 @@ struct Plan {
 // Every line ends with '\n'.
 std::string format_plan(const LaunchConfig& config, const Plan& plan);
 
+// The Slurm block of the plan: mode, job step, who hosts the store, the probed ports, and each derived setting
+// with the variable it came from ("    --nnodes 2  <- SLURM_STEP_NUM_NODES=2"). Every line ends with '\n'.
+std::string format_slurm_launch(const SlurmLaunch& slurm);
+
 // True for the variables ddprun/torchrun set or that shape a worker: RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK,
 // ROLE_NAME, LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, and names starting with TORCHELASTIC_, TORCH_NCCL_, DDPRUN_ or

@@ -46,44 +46,60 @@ bool expand_ranges(std::string_view body, std::vector<std::string>& out, std::st
   return true;
 }
 
-// One host expression without top-level commas: "rack[1-2]-n[01-02]".
+// One host expression without top-level commas: "rack[1-2]-n[01-02]" = literals around bracket groups.
+// Order of the expansion, as Slurm's hostlist.c recurses (it peels the last group first, then expands the
+// prefix from its rightmost group leftwards): with groups g0..gm-1, g(m-2) varies slowest, then g(m-3) ...
+// g0, and g(m-1) fastest. For one or two groups that is plain left-to-right order; "r[1-2]n[1-2]s[1-2]" gives
+// r1n1s1 r1n1s2 r2n1s1 r2n1s2 r1n2s1 ... (scontrol 22.05).
 bool expand_one(std::string_view expr, std::vector<std::string>& out, std::string& error) {
-  std::vector<std::string> partial = {""};
+  std::vector<std::string> literals;             // literals[i] precedes groups[i]; one more at the end
+  std::vector<std::vector<std::string>> groups;  // each group's values
   size_t pos = 0;
-  while (pos < expr.size()) {
+  while (true) {
     size_t open = expr.find('[', pos);
     std::string_view literal = expr.substr(pos, open == std::string_view::npos ? expr.npos : open - pos);
     if (literal.find(']') != std::string_view::npos) {
       error = "unbalanced ']' in '" + std::string(expr) + "'";
       return false;
     }
-    for (auto& p : partial) p.append(literal);
+    literals.emplace_back(literal);
     if (open == std::string_view::npos) break;
     size_t close = expr.find(']', open);
     if (close == std::string_view::npos) {
       error = "missing ']' in '" + std::string(expr) + "'";
       return false;
     }
-    std::vector<std::string> values;
-    if (!expand_ranges(expr.substr(open + 1, close - open - 1), values, error)) return false;
-    if (partial.size() * values.size() > kMaxHosts) {
+    groups.emplace_back();
+    if (!expand_ranges(expr.substr(open + 1, close - open - 1), groups.back(), error)) return false;
+    pos = close + 1;
+  }
+  size_t total = 1;
+  for (const auto& g : groups) {
+    total *= g.size();
+    if (total > kMaxHosts) {
       error = "'" + std::string(expr) + "' expands to too many hosts";
       return false;
     }
-    std::vector<std::string> next;
-    next.reserve(partial.size() * values.size());
-    for (const auto& p : partial) {
-      for (const auto& v : values) next.push_back(p + v);
-    }
-    partial = std::move(next);
-    pos = close + 1;
   }
-  for (auto& p : partial) {
-    if (p.empty()) {
+  // order[0] is the slowest group, order.back() the fastest.
+  const size_t m = groups.size();
+  std::vector<size_t> order;
+  for (size_t k = m >= 2 ? m - 1 : 0; k-- > 0;) order.push_back(k);
+  if (m > 0) order.push_back(m - 1);
+  std::vector<size_t> at(m, 0);  // current value index of each group
+  for (size_t n = 0; n < total; ++n) {
+    std::string host = literals[0];
+    for (size_t g = 0; g < m; ++g) host += groups[g][at[g]] + literals[g + 1];
+    if (host.empty()) {
       error = "empty host name in '" + std::string(expr) + "'";
       return false;
     }
-    out.push_back(std::move(p));
+    out.push_back(std::move(host));
+    for (size_t k = order.size(); k-- > 0;) {  // odometer: the fastest group first
+      size_t g = order[k];
+      if (++at[g] < groups[g].size()) break;
+      at[g] = 0;
+    }
   }
   return true;
 }
@@ -100,6 +116,8 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, s
   size_t start = 0;
   for (size_t i = 0; i <= list.size(); ++i) {
     char c = i < list.size() ? list[i] : ',';
+    if (c == ' ' || c == '\t' || c == '\n')
+      c = ',';  // Slurm separates hosts by blanks too (outside brackets)
     if (c == '[') {
       if (++depth > 1) {
         error = "nested '[' in hostlist '" + std::string(list) + "'";
@@ -111,6 +129,10 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, s
         return std::nullopt;
       }
     } else if (c == ',' && depth == 0) {
+      if (i == start) {  // empty item: "a,,b", a leading or trailing comma (Slurm skips them)
+        start = i + 1;
+        continue;
+      }
       if (!expand_one(list.substr(start, i - start), hosts, error)) {
         error = "hostlist '" + std::string(list) + "': " + error;
         return std::nullopt;
@@ -120,6 +142,10 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, s
   }
   if (depth != 0) {
     error = "hostlist '" + std::string(list) + "': missing ']'";
+    return std::nullopt;
+  }
+  if (hosts.empty()) {
+    error = "hostlist '" + std::string(list) + "' names no host";
     return std::nullopt;
   }
   return hosts;
@@ -144,7 +170,8 @@ std::optional<std::vector<int>> expand_tasks_per_node(std::string_view spec, std
     } else {
       if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')') return fail(item);
       if (!parse_uint(item.substr(0, paren), count) ||
-          !parse_uint(item.substr(paren + 2, item.size() - paren - 3), times) || times == 0 || times > kMaxHosts) {
+          !parse_uint(item.substr(paren + 2, item.size() - paren - 3), times) || times == 0 ||
+          times > kMaxHosts) {
         return fail(item);
       }
     }

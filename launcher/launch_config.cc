@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
 
 #ifndef DDPRUN_VERSION
@@ -242,6 +243,10 @@ class Parser {
     value("--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3");
     flag("--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything");
     value("--log_level,--log-level", "", "trace, debug, info, warn, error, critical or off", "info");
+    flag("--slurm", "",
+         "Take nodes, node rank, master, port and run id from Slurm (automatic under srun when no rendezvous "
+         "flag is given; docs/slurm.md)");
+    flag("--no_slurm,--no-slurm", "", "Ignore Slurm's environment variables");
     flag("--version", "", "Print the ddprun version and exit");
   }
 
@@ -329,9 +334,11 @@ class Parser {
     }
     return std::nullopt;
   }
+  // The value given, else the one derived from Slurm, else the default.
   Given get(const std::string& flag) const {
-    auto g = given(flag);
-    return g ? *g : Given{flag, opts_.at(flag).default_text, ""};
+    if (auto g = given(flag)) return *g;
+    if (auto it = slurm_defaults_.find(flag); it != slurm_defaults_.end()) return it->second;
+    return Given{flag, opts_.at(flag).default_text, ""};
   }
   // Flags: present on the command line, or PET_<NAME> is a non-zero integer (torchrun's check_env).
   bool flag_value(const std::string& flag) const {
@@ -516,12 +523,78 @@ class Parser {
     c.log_level = one_of(level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
   }
 
+  // Slurm mode: the derived settings become the defaults of their flags (see SlurmLaunch).
+  void slurm(LaunchConfig& c) {
+    bool forced = flag_value("--slurm"), off = flag_value("--no_slurm");
+    if (forced && off) throw UsageError("ddprun: --slurm and --no_slurm cannot be used together");
+    if (off) return;
+    if (forced && flag_value("--standalone")) {
+      throw UsageError("ddprun: --slurm and --standalone cannot be used together");
+    }
+    if (!forced) {
+      if (!slurm_detected(env_) || flag_value("--standalone")) return;
+      for (const char* f : {"--nnodes", "--node_rank", "--master_addr", "--master_port", "--rdzv_endpoint"}) {
+        if (given(f)) return;  // the user wrote their own Slurm glue: keep torchrun's behaviour
+      }
+    }
+    std::string err;
+    auto s = derive_slurm(env_, c.nproc_per_node, err);
+    if (!s) {
+      throw UsageError(forced ? "ddprun: --slurm: " + err
+                              : "ddprun: Slurm job step detected (SLURM_JOB_ID, SLURM_PROCID): " + err +
+                                    " (--no_slurm ignores Slurm)");
+    }
+    for (const auto& d : s->derived) {
+      slurm_defaults_[d.setting] = Given{d.setting, d.value, d.source.substr(0, d.source.find('='))};
+    }
+    if (get("--rdzv_backend").text == "c10d") {
+      slurm_defaults_["--rdzv_endpoint"] =
+          Given{"--rdzv_endpoint", rdzv::format_endpoint(s->first_host, s->ports[0]), "SLURM_JOB_ID"};
+    }
+    c.slurm = SlurmLaunch{.auto_detected = !forced, .settings = *s};
+  }
+
+  // After the flags are resolved: what Slurm still decides.
+  void slurm_finish(LaunchConfig& c) {
+    if (!c.slurm) return;
+    SlurmLaunch& sl = *c.slurm;
+    const bool c10d = c.rdzv_backend == "c10d";
+    for (const auto& d : sl.settings.derived) {
+      // c10d takes neither --master_addr/--master_port (the endpoint stands for them) nor --node_rank.
+      bool ignored = c10d && (d.setting == "--master_addr" || d.setting == "--master_port" ||
+                              d.setting == "--node_rank");
+      if (!given(d.setting) && !ignored) sl.used.push_back(d);
+    }
+    std::string err;
+    if (c10d) {
+      auto ep = rdzv::parse_endpoint(c.rdzv_endpoint, 29400, err);  // validated in rendezvous()
+      sl.store_host = ep ? ep->host : sl.settings.first_host;
+      auto is_host = c.rdzv_conf.find("is_host");  // given: the user decides who hosts
+      sl.hosts_store = is_host != c.rdzv_conf.end() ? is_host->second == "true" : sl.settings.node_rank == 0;
+      if (!given("--rdzv_endpoint")) {
+        sl.probe_ports = sl.settings.ports;
+        sl.used.push_back({"--rdzv_endpoint", c.rdzv_endpoint, "first host and SLURM_JOB_ID (port probed)"});
+        if (!c.rdzv_conf.count("is_host")) {
+          c.rdzv_conf["is_host"] = sl.hosts_store ? "true" : "false";
+          sl.used.push_back({"--rdzv_conf is_host", c.rdzv_conf["is_host"],
+                             sl.settings.task_mode ? "SLURM_PROCID" : "SLURM_NODEID"});
+        }
+      }
+    } else {
+      sl.store_host = c.master_addr;
+      sl.hosts_store = c.node_rank == 0;
+      if (!given("--master_port")) sl.probe_ports = sl.settings.ports;
+    }
+  }
+
   void convert(LaunchConfig& c) {
-    nnodes(c);
     nproc(c);
+    slurm(c);
+    nnodes(c);
     rendezvous(c);
     master(c);
     launch(c);
+    slurm_finish(c);
   }
 
   ArgApp app_{"", "ddprun"};
@@ -529,6 +602,7 @@ class Parser {
   const Env& env_;
   std::function<int()> gpu_count_;
   std::vector<std::string> warnings_;
+  std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
 };
 
 }  // namespace

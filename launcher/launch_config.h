@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/slurm_env.h"
+
 namespace ddprun::launcher {
 
 // Where a worker's stdout/stderr go besides the console: torchrun's --redirects/--tee values (bit 1 = stdout,
@@ -37,6 +39,21 @@ struct StdSpec {
 
 // Parses "N" (0..3) or "LR:N,LR:N,..." (LR >= 0, multi-digit allowed: a superset of torchrun's one digit).
 std::optional<StdSpec> parse_std_spec(const std::string& text);
+
+// Slurm mode (--slurm, or auto-detected: SLURM_JOB_ID and SLURM_PROCID set, --no_slurm absent and none of
+// --nnodes, --node_rank, --master_addr, --master_port, --rdzv_endpoint, --standalone given, on the command
+// line or as PET_ variables). The derived settings (launcher/slurm_env.h) are the defaults of the flags they
+// stand for: a flag given with --slurm still wins. With c10d, the endpoint is <first host>:<first candidate
+// port> and rdzv_conf is_host defaults to "agent 0 hosts".
+struct SlurmLaunch {
+  bool auto_detected = false;
+  SlurmSettings settings;             // everything derived
+  std::vector<SlurmDerived> used;     // the derived settings no flag overrode (--dry-run prints them)
+  std::vector<uint16_t> probe_ports;  // store ports to probe in order (launcher/slurm_port.h); empty when a
+                                      // flag gave the port (--master_port, or --rdzv_endpoint with c10d)
+  std::string store_host;             // host of the store: --master_addr, or the c10d endpoint's host
+  bool hosts_store = false;           // this agent hosts the store (node rank 0 / task 0)
+};
 
 struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;     // --nnodes N or MIN:MAX
@@ -76,6 +93,7 @@ struct LaunchConfig {
   std::string log_level = "info";  // --log_level / --log-level: trace|debug|info|warn|error|critical|off
   std::string training_script;
   std::vector<std::string> training_script_args;
+  std::optional<SlurmLaunch> slurm;  // --slurm / auto-detected; nullopt = Slurm's variables are ignored
 
   bool is_elastic() const { return min_nodes != max_nodes || rdzv_backend == "c10d"; }
   // argv of worker `local_rank`: python -u [-m] script args (with ${local_rank} substituted), or the

@@ -4,7 +4,9 @@
 //
 // Wiring only: command line -> LaunchConfig (validated) -> rendezvous handler -> ElasticAgent. Exit codes
 // (docs/cli.md): 0 success, 2 bad command line, 3 store cannot listen / lost, 4 rendezvous failed, 5 a worker
-// could not be started, else the first failing worker's exit code (128+N for signal N).
+// could not be started, else the first failing worker's exit code (128+N for signal N); under Slurm 75 when
+// SIGTERM/SIGUSR1/SIGUSR2 stopped the job.
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "agent/worker_env.h"
 #include "launcher/dry_run.h"
 #include "launcher/launch_config.h"
+#include "launcher/slurm_port.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
@@ -53,6 +56,11 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
   a.shutdown_grace = seconds(c.shutdown_timeout);
   a.exit_barrier_timeout = seconds(c.exit_barrier_timeout);
   a.signals_to_handle = c.signals_to_handle;
+  if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) {
+      a.signal_exit_codes[sig] = ddprun::launcher::kExitSlurmInterrupted;
+    }
+  }
   a.log_dir = c.log_dir;
   if (a.log_dir.empty() && temp_logs_needed) a.log_dir = std::filesystem::temp_directory_path();
   if (c.is_elastic() && !c.standalone) {
@@ -114,6 +122,28 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
   return std::make_unique<ddprun::rdzv::StaticRendezvous>(ro);
 }
 
+// make_rendezvous, except under Slurm without a port given: then on the first free candidate port (agent 0),
+// or on the candidate whose store belongs to this Slurm step (the other agents). See launcher/slurm_port.h.
+std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const LaunchConfig& c) {
+  if (!c.slurm || c.slurm->probe_ports.empty()) return make_rendezvous(c);
+  const ddprun::launcher::SlurmLaunch& s = *c.slurm;
+  auto at = [&c, &s](uint16_t port) {
+    LaunchConfig on_port = c;
+    if (c.rdzv_backend == "c10d") {
+      on_port.rdzv_endpoint = ddprun::rdzv::format_endpoint(s.store_host, port);
+    } else {
+      on_port.master_port = port;
+    }
+    return make_rendezvous(on_port);
+  };
+  const std::string& token = s.settings.step_token;
+  if (s.hosts_store) {
+    return ddprun::launcher::host_on_first_free_port(s.store_host, s.probe_ports, token, at).rendezvous;
+  }
+  auto timeout = seconds(conf_seconds(c, "join_timeout", 600));
+  return at(ddprun::launcher::find_step_store(s.store_host, s.probe_ports, token, timeout));
+}
+
 int print_plan(const LaunchConfig& c, const ddprun::agent::AgentConfig& a) {
   ddprun::launcher::Plan plan;
   plan.store_endpoint = ddprun::rdzv::format_endpoint(c.master_addr, c.master_port);
@@ -173,7 +203,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> rdzv;
   try {
-    rdzv = make_rendezvous(config);
+    rdzv = make_rendezvous_on_port(config);
   } catch (const ddprun::rdzv::BindError& e) {
     spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node", e.what());
     return ddprun::agent::kExitStoreFailed;

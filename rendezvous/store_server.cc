@@ -117,7 +117,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
       pending_.insert(pending_.end(), input.begin(), input.end());
       input = pending_;
     }
-    auto result = session_.consume(input);
+    size_t max_output = server_->options.max_output_bytes;
+    auto result = session_.consume(input, max_output - std::min(max_output, writing_.size()));
     server_->counters.requests += result.requests;
     if (!result.error.empty()) {
       flush();

@@ -11,10 +11,10 @@ StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optiona
 
 StoreSession::~StoreSession() {
   for (auto id : waits_) state_.cancel_wait(id);
-  for (auto id : watches_) state_.unwatch(id);
+  for (const auto& [key, id] : watches_) state_.unwatch(id);
 }
 
-StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input) {
+StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input, size_t max_output) {
   ConsumeResult result;
   while (result.consumed < input.size()) {
     ParseResult parsed = parser_.parse(input.subspan(result.consumed), scratch_);
@@ -25,8 +25,13 @@ StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input
     }
     result.consumed += parsed.consumed;
     ++result.requests;
-    if (std::string err = handle(scratch_); !err.empty()) {
+    if (std::string err = handle(scratch_, max_output); !err.empty()) {
       result.error = std::move(err);
+      break;
+    }
+    if (out_.size() > max_output) {
+      result.error = "not reading its replies (" + std::to_string(out_.size()) +
+                     " bytes queued, the limit is " + std::to_string(max_output) + ")";
       break;
     }
   }
@@ -49,7 +54,7 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
   waits_.push_back(*id);
 }
 
-std::string StoreSession::handle(Request& req) {
+std::string StoreSession::handle(Request& req, size_t max_output) {
   WireWriter w(out_);
   switch (req.op) {
     case Op::kValidate:
@@ -90,12 +95,23 @@ std::string StoreSession::handle(Request& req) {
     case Op::kAppend:
       state_.append(req.keys[0], req.values[0]);
       break;
-    case Op::kMultiGet:
+    case Op::kMultiGet: {
+      // One request may name a large value many times: size the reply before building it.
+      size_t reply = 0;
+      for (const auto& k : req.keys) {
+        const std::string* v = state_.get(k);
+        reply += sizeof(uint64_t) + (v ? v->size() : 0);
+      }
+      if (reply > max_output - std::min(max_output, out_.size())) {
+        return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
+               std::to_string(max_output);
+      }
       for (const auto& k : req.keys) {
         const std::string* v = state_.get(k);
         w.bytes(v ? std::string_view(*v) : std::string_view());
       }
       break;
+    }
     case Op::kMultiSet:
       for (size_t i = 0; i < req.keys.size(); ++i) state_.set(req.keys[i], std::move(req.values[i]));
       break;
@@ -124,7 +140,10 @@ std::string StoreSession::handle(Request& req) {
       w.i64(state_.queue_len(req.keys[0]));
       break;
     case Op::kWatchKey: {
-      // Legacy callback connection: acknowledge, then push every change of the key.
+      // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a
+      // repeated WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
+      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+      if (watches_.count(req.keys[0])) break;
       auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
                                                   const std::string* old_value,
                                                   const std::string* new_value) {
@@ -135,8 +154,7 @@ std::string StoreSession::handle(Request& req) {
         ww.bytes(new_value ? std::string_view(*new_value) : std::string_view());
         if (on_async_output_) on_async_output_();
       });
-      watches_.push_back(id);
-      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+      watches_.emplace(req.keys[0], id);
       break;
     }
   }

@@ -10,11 +10,13 @@
 // start a write. A session never blocks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "rendezvous/key_value_state.h"
@@ -35,8 +37,10 @@ class StoreSession {
     size_t requests = 0;      // how many requests were handled
     std::string error;        // non-empty: the client is broken and must be dropped (message says why)
   };
-  // Handles every whole request at the front of `input`.
-  ConsumeResult consume(std::span<const uint8_t> input);
+  // Handles every whole request at the front of `input`. `max_output`: the most reply bytes output() may
+  // hold; past it the client is broken (error set) and the remaining requests are not handled, so that a
+  // few bytes of pipelined GETs or one MULTI_GET cannot make the server build gigabytes of replies.
+  ConsumeResult consume(std::span<const uint8_t> input, size_t max_output = SIZE_MAX);
 
   // Pending reply bytes. The owner moves them out (swap) when it writes.
   std::string& output() { return out_; }
@@ -45,7 +49,7 @@ class StoreSession {
 
  private:
   // Returns an error message when the request cannot be served; empty on success.
-  std::string handle(Request& req);
+  std::string handle(Request& req, size_t max_output);
   void handle_wait(const std::vector<std::string>& keys);
 
   KeyValueState& state_;
@@ -54,7 +58,7 @@ class StoreSession {
   std::string out_;
   Request scratch_;
   std::vector<KeyValueState::HandleId> waits_;    // pending WAITs, oldest first
-  std::vector<KeyValueState::HandleId> watches_;  // legacy WATCH_KEY registrations
+  std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
 };
 
 }  // namespace ddprun::rdzv

@@ -3,15 +3,14 @@
 // stored key. Raw sockets are plain POSIX sockets so the bytes on the wire are exactly the test's.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -139,10 +138,13 @@ StoreClientOptions client_options(Dialect d) {
 // A server with small limits and a few keys stored by a well-behaved client.
 struct Fixture {
   explicit Fixture(StoreServerOptions options = {}) : server(with_defaults(std::move(options))) {
-    StoreClient c("127.0.0.1", server.port(), client_options(Dialect::kModern));
-    c.set("kept", "value");
-    c.set("big", std::string(1 << 20, 'B'));
-    REQUIRE(c.add("counter", 7) == 7);
+    {
+      StoreClient c("127.0.0.1", server.port(), client_options(Dialect::kModern));
+      c.set("kept", "value");
+      c.set("big", std::string(1 << 20, 'B'));
+      REQUIRE(c.add("counter", 7) == 7);
+    }
+    REQUIRE(eventually([&] { return server.stats().connections == 0; }));  // the server saw it leave
   }
 
   static StoreServerOptions with_defaults(StoreServerOptions o) {
@@ -152,7 +154,7 @@ struct Fixture {
   }
 
   // Both dialects still get correct answers and the stored keys are intact.
-  void require_healthy() {
+  void require_healthy(int64_t keys = 3) {
     for (Dialect d : {Dialect::kModern, Dialect::kLegacy}) {
       CAPTURE(std::string(dialect_name(d)));
       StoreClient c("127.0.0.1", server.port(), client_options(d));
@@ -163,7 +165,7 @@ struct Fixture {
       REQUIRE(c.get("fresh") == dialect_name(d));
       REQUIRE(c.delete_key("fresh"));
     }
-    REQUIRE(server.stats().keys == 3);
+    REQUIRE(server.stats().keys == keys);
   }
 
   // The offender was dropped: `before` + 1, seen through the server's own counter.
@@ -178,39 +180,44 @@ struct Fixture {
 
 TEST_CASE("Hostile client: truncated frame then close", "[store][hostile][integration]") {
   Fixture f;
-  size_t connections = f.server.stats().connections;
   {
     RawSocket s(f.server.port());
     REQUIRE(s.send(std::string(1, '\0') + u64_bytes(10) + "abc"));  // SET, key of 10 bytes, 3 sent
   }
   // The peer left mid-request: a normal end for the server (not "dropped"), but nothing may be kept.
-  REQUIRE(eventually([&] { return f.server.stats().connections == connections; }));
+  REQUIRE(eventually([&] { return f.server.stats().connections == 0; }));
   REQUIRE(f.server.stats().dropped == 0);
   f.require_healthy();
 }
 
 TEST_CASE("Hostile client: absurd lengths are refused before buffering", "[store][hostile][integration]") {
   Dialect dialect = GENERATE(Dialect::kModern, Dialect::kLegacy);
-  uint64_t length = GENERATE(uint64_t{1} << 63, ~uint64_t{0}, uint64_t{64} * 1024 + 1);
+  // 0 stands for "one past the limit" of the field being tested.
+  uint64_t length = GENERATE(uint64_t{0}, uint64_t{1} << 63, ~uint64_t{0});
   CAPTURE(std::string(dialect_name(dialect)), length);
-  Fixture f;
+  // A long request timeout: the connection must end because of the length, not because it stalls.
+  StoreServerOptions options;
+  options.request_timeout = 60s;
+  Fixture f(options);
+  const WireLimits limits;
+  auto or_over = [&](size_t limit) { return length == 0 ? uint64_t{limit} + 1 : length; };
   std::string prefix = dialect == Dialect::kModern ? modern_hello() : "";
   std::string set_byte(1, static_cast<char>(*op_to_byte(dialect, Op::kSet)));
 
   SECTION("key length") {
     RawSocket s(f.server.port());
-    s.send(prefix + set_byte + u64_bytes(length) + "key");
+    s.send(prefix + set_byte + u64_bytes(or_over(limits.max_key_bytes)) + "key");
     REQUIRE(s.wait_closed());
   }
   SECTION("value length") {
     RawSocket s(f.server.port());
-    s.send(prefix + set_byte + u64_bytes(1) + "k" + u64_bytes(length == 64 * 1024 + 1 ? 65 << 20 : length));
+    s.send(prefix + set_byte + u64_bytes(1) + "k" + u64_bytes(or_over(limits.max_value_bytes)) + "v");
     REQUIRE(s.wait_closed());
   }
   SECTION("key count of CHECK") {
     RawSocket s(f.server.port());
     std::string check_byte(1, static_cast<char>(*op_to_byte(dialect, Op::kCheck)));
-    s.send(prefix + check_byte + u64_bytes(length == 64 * 1024 + 1 ? length : length - 1));
+    s.send(prefix + check_byte + u64_bytes(or_over(limits.max_keys_per_request)) + u64_bytes(1) + "k");
     REQUIRE(s.wait_closed());
   }
   f.require_dropped(0);
@@ -236,7 +243,9 @@ TEST_CASE("Hostile client: random bytes", "[store][hostile][integration]") {
 }
 
 TEST_CASE("Hostile client: unknown command byte", "[store][hostile][integration]") {
-  Fixture f;
+  StoreServerOptions options;
+  options.request_timeout = 60s;  // dropped for the byte, not for stalling
+  Fixture f(options);
   SECTION("legacy") {
     uint8_t byte = GENERATE(uint8_t{0x0C}, uint8_t{0x42}, uint8_t{0xFF});
     CAPTURE(int(byte));
@@ -245,7 +254,7 @@ TEST_CASE("Hostile client: unknown command byte", "[store][hostile][integration]
     REQUIRE(s.wait_closed());
   }
   SECTION("modern, after a valid request") {
-    uint8_t byte = GENERATE(uint8_t{17}, uint8_t{0x80}, uint8_t{0xFF});
+    uint8_t byte = GENERATE(uint8_t{18}, uint8_t{0x80}, uint8_t{0xFF});
     CAPTURE(int(byte));
     RawSocket s(f.server.port());
     s.send(modern_hello() + encoded(Dialect::kModern, Request{.op = Op::kGetNumKeys}) +
@@ -287,7 +296,6 @@ TEST_CASE("Hostile client: connections beyond max_connections are refused", "[st
   StoreServerOptions options;
   options.max_connections = 8;
   Fixture f(options);
-  REQUIRE(eventually([&] { return f.server.stats().connections == 0; }));  // the fixture's client left
   std::vector<std::unique_ptr<RawSocket>> held;
   for (int i = 0; i < 8; ++i) held.push_back(std::make_unique<RawSocket>(f.server.port()));
   REQUIRE(eventually([&] { return f.server.stats().connections == 8; }));
@@ -306,7 +314,8 @@ TEST_CASE("Hostile client: connections beyond max_connections are refused", "[st
   f.require_healthy();
 }
 
-TEST_CASE("Hostile client: pipelined GETs of a large value without reading", "[store][hostile][integration]") {
+TEST_CASE("Hostile client: pipelined GETs of a large value without reading",
+          "[store][hostile][integration]") {
   StoreServerOptions options;
   options.max_output_bytes = 2 << 20;
   Fixture f(options);
@@ -332,6 +341,35 @@ TEST_CASE("Hostile client: pipelined GETs of a large value without reading", "[s
     REQUIRE(s.wait_closed());
   }
   f.require_healthy();
+}
+
+TEST_CASE("Hostile client: a repeated WATCH_KEY of one key is registered once",
+          "[store][hostile][integration]") {
+  // Otherwise every write of the key would be notified once per registration: 100 kB of WATCH_KEY and one
+  // SET of a 64 MB value would make terabytes of replies.
+  Fixture f;
+  constexpr int kWatches = 1000;
+  const std::string value(64 * 1024, 'w');
+  std::string burst;
+  for (int i = 0; i < kWatches; ++i)
+    burst += encoded(Dialect::kLegacy, Request{.op = Op::kWatchKey, .keys = {"/w"}});
+  burst += encoded(Dialect::kLegacy, Request{.op = Op::kSet, .keys = {"/w"}, .values = {value}});
+  burst += encoded(Dialect::kLegacy, Request{.op = Op::kGetNumKeys});
+  std::string expected(kWatches, static_cast<char>(WatchEvent::kCallbackRegistered));
+  WireWriter w(expected);
+  w.u8(static_cast<uint8_t>(WatchEvent::kKeyCreated));
+  w.bytes("/w");
+  w.bytes("");
+  w.bytes(value);
+  w.i64(4);  // GETNUMKEYS right after the one notification
+
+  RawSocket s(f.server.port());
+  REQUIRE(s.send(burst));
+  std::string got = s.read(expected.size());
+  REQUIRE(got.size() == expected.size());
+  REQUIRE(got == expected);
+  REQUIRE(f.server.stats().dropped == 0);
+  f.require_healthy(4);
 }
 
 }  // namespace ddprun::rdzv

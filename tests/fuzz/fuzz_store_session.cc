@@ -1,0 +1,148 @@
+// libFuzzer target: two StoreSessions sharing one KeyValueState, fed interleaved chunks of bytes the way
+// the server feeds them (partial requests kept for the next chunk, a broken client replaced by a new one).
+//
+// Input: one configuration byte, then records.
+//   config bits 0-1: dialect of session 0 (0 legacy, 1 mid2023, 2 modern, 3 detect); bits 2-3: session 1;
+//          bit 4: tiny limits; bit 5: small output budget (the server's max_output_bytes).
+//   record: one header byte h, then its data.
+//     h < 0xF0: a chunk of (h >> 1) bytes (fewer at the end of the input) for session (h & 1);
+//     0xF0/0xF1: session 0/1 disconnects (destroyed, a fresh one takes its place);
+//     0xF2/0xF3: the server writes session 0/1's output (output() is cleared);
+//     other: ignored.
+// Properties (abort on violation; ASan/UBSan catch the rest):
+//   - the sessions' pending waits always add up to the state's pending_waits();
+//   - stored_bytes() never underflows (it stays below a bound derived from the input size);
+//   - a session never leaves unconsumed bytes that form a whole request;
+//   - once every session is destroyed, the state has no pending wait and no watch left.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "rendezvous/key_value_state.h"
+#include "rendezvous/store_session.h"
+#include "rendezvous/wire_codec.h"
+
+namespace {
+
+using ddprun::rdzv::Dialect;
+using ddprun::rdzv::KeyValueState;
+using ddprun::rdzv::ParseStatus;
+using ddprun::rdzv::Request;
+using ddprun::rdzv::RequestParser;
+using ddprun::rdzv::StoreSession;
+using ddprun::rdzv::WireLimits;
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fuzz_store_session: property violated: %s\n", what);
+    std::abort();
+  }
+}
+
+// One simulated connection: a session plus the bytes of its incomplete request.
+struct Client {
+  std::optional<Dialect> dialect;
+  std::unique_ptr<StoreSession> session;
+  std::vector<uint8_t> pending;
+  size_t async_outputs = 0;
+};
+
+class Harness {
+ public:
+  Harness(uint8_t config) {
+    if (config & 0x10) {
+      limits_.max_key_bytes = 16;
+      limits_.max_value_bytes = 64;
+      limits_.max_keys_per_request = 4;
+      limits_.max_request_bytes = 200;
+    }
+    max_output_ = (config & 0x20) ? 256 : 1 << 20;
+    for (int i = 0; i < 2; ++i) {
+      uint8_t d = (config >> (2 * i)) & 3;
+      if (d != 3) clients_[i].dialect = static_cast<Dialect>(d);
+      connect(i);
+    }
+  }
+
+  ~Harness() {
+    for (auto& c : clients_) c.session.reset();
+    check(state_.pending_waits() == 0, "pending waits left after every session ended");
+    check(state_.watches() == 0, "watches left after every session ended");
+  }
+
+  void feed(int i, std::span<const uint8_t> chunk) {
+    Client& c = clients_[i];
+    c.pending.insert(c.pending.end(), chunk.begin(), chunk.end());
+    auto result = c.session->consume(c.pending, max_output_);
+    check(result.consumed <= c.pending.size(), "consumed more than given");
+    if (!result.error.empty()) {
+      disconnect(i);  // the server drops the client
+      return;
+    }
+    c.pending.erase(c.pending.begin(), c.pending.begin() + static_cast<ptrdiff_t>(result.consumed));
+    // What is left must be an incomplete request: parse it with the session's dialect.
+    if (!c.pending.empty() && c.session->dialect()) {
+      RequestParser p(limits_, c.session->dialect());
+      Request r;
+      check(p.parse(c.pending, r).status == ParseStatus::kNeedMore, "a whole request was left unconsumed");
+    }
+    if (c.session->output().size() > max_output_) disconnect(i);  // the server's max_output_bytes
+  }
+
+  void disconnect(int i) {
+    clients_[i].session.reset();
+    clients_[i].pending.clear();
+    connect(i);
+  }
+
+  void drain(int i) { clients_[i].session->output().clear(); }
+
+  void check_invariants(size_t input_size) const {
+    size_t waits = 0;
+    for (const auto& c : clients_) waits += c.session->pending_waits();
+    check(waits == state_.pending_waits(), "session waits and state waits disagree");
+    // Every stored byte came from the input, except ADD's decimal digits (at most 20 per 9 input bytes).
+    check(state_.stored_bytes() <= 4 * input_size + 64, "stored_bytes underflowed or is inflated");
+  }
+
+ private:
+  void connect(int i) {
+    Client& c = clients_[i];
+    c.session = std::make_unique<StoreSession>(state_, limits_, c.dialect, [&c] { ++c.async_outputs; });
+  }
+
+  WireLimits limits_;
+  size_t max_output_ = 0;
+  KeyValueState state_;  // declared before the clients: the sessions must end first
+  Client clients_[2];
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  Harness h(data[0]);
+  size_t pos = 1;
+  while (pos < size) {
+    uint8_t header = data[pos++];
+    if (header >= 0xF0) {
+      if (header <= 0xF1) {
+        h.disconnect(header & 1);
+      } else if (header <= 0xF3) {
+        h.drain(header & 1);
+      }
+    } else {
+      size_t len = std::min<size_t>(header >> 1, size - pos);
+      h.feed(header & 1, std::span<const uint8_t>(data + pos, len));
+      pos += len;
+    }
+    h.check_invariants(size);
+  }
+  return 0;
+}

@@ -1,0 +1,416 @@
+"""ddprun under a real Slurm: slurmctld and one slurmd per network-namespace host (scripts/slurm-cluster.sh).
+
+The jobs are the shipped examples, submitted with sbatch as a user would:
+  - sbatch -N2 scripts/examples/sbatch-static.sh trains a real PyTorch DDP job (gloo) on 2 hosts x 2 workers;
+  - scancel in the middle of that training leaves no process behind on any host;
+  - `scancel --signal=USR1` (what `sbatch --signal=USR1@T` does before a time limit) reaches every worker,
+    ddprun exits 75 and the example requeues the job;
+  - a worker that crashes under srun is restarted by ddprun (scripts/examples/sbatch-elastic.sh, c10d);
+  - what ddprun derives from srun's variables (--dry-run), and the batch-script mistake it refuses.
+And, without a cluster: every expected value of tests/launcher/hostlist_test.cc's scontrol table is what
+`scontrol show hostnames` prints here (needs scontrol only); a signal to one agent reaches the other node's
+workers as the same signal, and its later arrival there is not taken as a second one (two local agents).
+
+Needs root (namespaces, daemons) and Slurm (slurm-cluster.sh installs slurm-wlm and munge when missing): the
+tests are skipped with the reason otherwise, or when the cluster cannot start. The hosts' names are fixed, so
+the module holds /tmp/ddprun-test-cluster.lock (shared with test_elastic_netns.py) while the cluster is up.
+Environment (tests/integration/CMakeLists.txt sets it): DDPRUN, REPO; DDPRUN_IT_KEEP=1 keeps each test's
+directory. Only 10.99.0.x and 127.0.0.1 are used. Standard library only; run with /usr/bin/python3 (torch).
+"""
+import fcntl
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+PYTHON = "/usr/bin/python3"  # the interpreter with torch
+REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
+SLURM_CLUSTER = os.path.join(REPO, "scripts", "slurm-cluster.sh")
+STATIC = os.path.join(REPO, "scripts", "examples", "sbatch-static.sh")
+ELASTIC = os.path.join(REPO, "scripts", "examples", "sbatch-elastic.sh")
+TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
+HOSTLIST_TEST = os.path.join(REPO, "tests", "launcher", "hostlist_test.cc")
+SLURM_DIR = "/tmp/ddprun-slurm"  # slurm-cluster.sh's default state directory
+SLURM_CONF = os.path.join(SLURM_DIR, "slurm.conf")
+LOCK = "/tmp/ddprun-test-cluster.lock"
+HOSTS = 2
+JOB_TIMEOUT = 180  # seconds: bound for one job (a 2x2 torch job takes ~10-40 s on a loaded 2-core machine)
+TRAIN_ARGS = ["--hidden", "32", "--batch", "16", "--log-every", "10"]
+EXIT_SLURM_INTERRUPTED = 75  # launcher/slurm_env.h, docs/slurm.md
+
+# A worker that records the signals it gets and keeps running, as a worker that saves a checkpoint on SIGUSR1
+# and waits to be stopped (docs/slurm.md): ddprun ends it after --shutdown_timeout.
+SIGNAL_WORKER = """
+import os, signal, socket, sys
+out, rank = sys.argv[1], os.environ["RANK"]
+def record(sig, frame):
+    with open(os.path.join(out, "sig-" + rank), "a") as f:
+        f.write(signal.Signals(sig).name + "\\n")
+for s in (signal.SIGUSR1, signal.SIGTERM):
+    signal.signal(s, record)
+with open(os.path.join(out, "starting-" + rank), "w") as f:
+    f.write(socket.gethostname())
+os.replace(os.path.join(out, "starting-" + rank), os.path.join(out, "ready-" + rank))  # whole files only
+while True:
+    signal.pause()
+"""
+
+
+def wait_until(predicate, timeout, what, describe=lambda: ""):
+    """Polls predicate() until truthy (returned) or `timeout` s pass (AssertionError with describe())."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{describe()}")
+        time.sleep(0.2)
+
+
+def slurm_env(**extra):
+    env = dict(os.environ, SLURM_CONF=SLURM_CONF, DDPRUN=DDPRUN, DDPRUN_PYTHON=PYTHON, GLOO_SOCKET_IFNAME="eth0",
+               NPROC_PER_NODE="2", TRAIN=TRAIN)
+    env.update(extra)
+    return env
+
+
+def run(cmd, env=None, timeout=60, check=True):
+    done = subprocess.run(cmd, env=env or slurm_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}")
+    return done
+
+
+def daemon_pids():
+    """The pids of slurm-cluster.sh's daemons (slurmd, slurmctld, munged)."""
+    pids = set()
+    for f in glob.glob(os.path.join(SLURM_DIR, "*.daemon")) + [os.path.join(SLURM_DIR, "munge", "munged.pid")]:
+        try:
+            with open(f) as fh:
+                pids.add(int(fh.read().strip()))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def host_job_processes(host):
+    """Processes on a test host other than its slurmd: what a job left behind."""
+    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    pids = {int(p) for p in done.stdout.split()} - daemon_pids()
+    out = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            out.append(f"{pid} {cmd}")
+        except OSError:
+            pass
+    return out
+
+
+def processes_mentioning(text):
+    """Every process (any namespace) whose command line contains `text`."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{d} {cmd.strip()}")
+    return found
+
+
+def scontrol_cases():
+    """The rows of hostlist_test.cc's scontrol table: [(list, [hosts])]."""
+    with open(HOSTLIST_TEST) as f:
+        text = f.read()
+    table = text[text.index("// BEGIN SCONTROL CASES"):text.index("// END SCONTROL CASES")]
+    unescape = lambda s: s.replace("\\t", "\t").replace("\\n", "\n").replace('\\"', '"')
+    cases = []
+    for m in re.finditer(r'\{"((?:[^"\\]|\\.)*)",\s*\{([^{}]*)\}\},', table):
+        cases.append((unescape(m[1]), [unescape(h) for h in re.findall(r'"((?:[^"\\]|\\.)*)"', m[2])]))
+    return cases
+
+
+class HostlistAgainstScontrol(unittest.TestCase):
+    def test_scontrol_prints_the_expected_hosts(self):
+        scontrol = shutil.which("scontrol")
+        if not scontrol:
+            raise unittest.SkipTest("scontrol is not installed (DDPRUN_DEPS_SLURM=1 scripts/install-deps.sh)")
+        cases = scontrol_cases()
+        self.assertGreaterEqual(len(cases), 30, "could not read the table of tests/launcher/hostlist_test.cc")
+        with tempfile.TemporaryDirectory(prefix="ddprun-scontrol-") as tmp:
+            conf = os.path.join(tmp, "slurm.conf")  # scontrol needs a configuration, not a cluster
+            with open(conf, "w") as f:
+                f.write("ClusterName=x\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n")
+            for hostlist, expected in cases:
+                done = subprocess.run([scontrol, "show", "hostnames", hostlist], env=dict(os.environ, SLURM_CONF=conf),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+                self.assertEqual(done.stdout.split("\n")[:-1], expected, f"scontrol show hostnames {hostlist!r}")
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PeerSignals(unittest.TestCase):
+    """What Slurm's signal delivery relies on, without Slurm: two agents on 127.0.0.1, one worker each. A signal
+    to one agent reaches the other node's worker as the same signal; the same signal arriving there a moment
+    later (Slurm signals every node) is not a second one."""
+
+    def test_a_peer_signal_is_forwarded_as_itself_and_not_escalated(self):
+        if not os.access(DDPRUN, os.X_OK):
+            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
+        with tempfile.TemporaryDirectory(prefix="ddprun-peer-signal-") as tmp:
+            worker = os.path.join(tmp, "signal_worker.py")
+            with open(worker, "w") as f:
+                f.write(SIGNAL_WORKER)
+            port = str(free_port())
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PET_"))}
+            agents, logs = [], []
+            try:
+                for node in (0, 1):
+                    logs.append(open(os.path.join(tmp, f"agent{node}.log"), "w+"))
+                    agents.append(subprocess.Popen(
+                        [DDPRUN, "--nnodes", "2", "--node_rank", str(node), "--master_addr", "127.0.0.1",
+                         "--master_port", port, "--nproc_per_node", "1", "--shutdown_timeout", "2", "--python",
+                         PYTHON, worker, tmp], env=env, stdin=subprocess.DEVNULL, stdout=logs[-1],
+                        stderr=subprocess.STDOUT, start_new_session=True))
+                describe = lambda: "".join(f"--- agent {n}\n{read(l.name)}" for n, l in enumerate(logs))
+                wait_until(lambda: len(glob.glob(os.path.join(tmp, "ready-*"))) == 2, 60, "both workers", describe)
+                agents[0].send_signal(signal.SIGUSR1)
+                sig1 = os.path.join(tmp, "sig-1")
+                wait_until(lambda: os.path.exists(sig1), 30, "node 1's worker to get a signal", describe)
+                agents[1].send_signal(signal.SIGUSR1)  # as Slurm would, a moment later
+                codes = [a.wait(timeout=60) for a in agents]
+                self.assertEqual(codes, [128 + signal.SIGUSR1] * 2, describe())
+                with open(sig1) as f:
+                    self.assertEqual(set(f.read().split()), {"SIGUSR1"}, describe())
+                log1 = read(logs[1].name)
+                self.assertIn("stopping 1 worker(s) with SIGUSR1", log1, describe())
+                self.assertIn("received SIGUSR1 (already forwarded: node 0 got it first)", log1, describe())
+                self.assertNotIn("killing the workers now", log1, describe())
+            finally:
+                for a in agents:
+                    if a.poll() is None:
+                        os.killpg(a.pid, signal.SIGKILL)
+                    a.wait(timeout=30)
+                for log in logs:
+                    log.close()
+
+
+class OnSlurm(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root to start Slurm on network namespaces (run ctest as root)")
+        if not os.access(DDPRUN, os.X_OK):
+            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
+        cls.lock = open(LOCK, "w")
+        fcntl.flock(cls.lock, fcntl.LOCK_EX)  # another run of a netns module waits here
+        try:
+            up = subprocess.run(["bash", SLURM_CLUSTER, "up", str(HOSTS)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            if up.returncode != 0:
+                subprocess.run(["bash", SLURM_CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                raise unittest.SkipTest(f"Slurm cannot start here (slurm-cluster.sh up {HOSTS} exited "
+                                        f"{up.returncode}):\n{up.stdout[-3000:]}")
+        except BaseException:
+            cls.lock.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        subprocess.run(["bash", SLURM_CLUSTER, "down"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+        cls.lock.close()
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ddprun-slurm-it-")
+        self.jobs = []
+        self.addCleanup(self._cleanup)
+
+    def _cleanup(self):
+        for job in self.jobs:
+            subprocess.run(["scancel", job], env=slurm_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for job in self.jobs:
+            try:
+                self.wait_job_gone(job, 60)
+            except AssertionError as e:
+                print(f"\n{e}", flush=True)
+        if os.environ.get("DDPRUN_IT_KEEP"):
+            print(f"\nkept {self.tmp}", flush=True)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def output(self, name="out.txt"):
+        try:
+            with open(self.path(name), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def describe(self):
+        return f"--- job output (tail) ---\n{self.output()[-5000:]}"
+
+    def sbatch(self, script, args=(), wait=False, env=None, sbatch_args=()):
+        """Submits `script`; returns (job id, exit code of `sbatch -W` or None)."""
+        cmd = ["sbatch", "--parsable", "-N", str(HOSTS), "-o", self.path("out.txt"), "--open-mode=append",
+               "-D", self.tmp, *sbatch_args, *(["-W"] if wait else []), script, *args]
+        with subprocess.Popen(cmd, env=env or slurm_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as proc:
+            job = proc.stdout.readline().strip().split(";")[0]  # --parsable: the job id first
+            if not job.isdigit():
+                proc.wait(timeout=30)
+                raise AssertionError(f"{' '.join(cmd)} printed {job!r}{proc.stdout.read()}")
+            self.jobs.append(job)
+            try:
+                rc = proc.wait(timeout=JOB_TIMEOUT if wait else 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise AssertionError(f"job {job} still running after {JOB_TIMEOUT} s\n{self.describe()}") from None
+        return job, rc if wait else None
+
+    def job_field(self, job, field):
+        done = run(["scontrol", "-o", "show", "job", job], check=False)
+        m = re.search(rf"\b{field}=(\S+)", done.stdout)
+        return m[1] if m else None
+
+    def wait_job_gone(self, job, timeout):
+        ended = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", None)
+        wait_until(lambda: self.job_field(job, "JobState") in ended, timeout, f"job {job} to end",
+                   lambda: f"JobState={self.job_field(job, 'JobState')}\n{self.describe()}")
+
+    def assert_nothing_left(self, marker):
+        """No job process on any host and none anywhere that mentions `marker` (within KillWait and a margin)."""
+        def clean():
+            return all(not host_job_processes(h) for h in range(1, HOSTS + 1)) and not processes_mentioning(marker)
+
+        wait_until(clean, 30, "every process of the job to be gone",
+                   lambda: "\n".join([f"host {h}: {host_job_processes(h)}" for h in range(1, HOSTS + 1)] +
+                                     [f"mentioning {marker}: {processes_mentioning(marker)}"]))
+
+    def results(self):
+        out = []
+        for f in sorted(glob.glob(self.path("res", "rank*.json"))):
+            with open(f) as fh:
+                out.append(json.load(fh))
+        return out
+
+    def wait_training(self):
+        wait_until(lambda: re.search(r"step \d+/\d+ loss", self.output()), JOB_TIMEOUT, "training steps",
+                   self.describe)
+
+    # ---- the scenarios ----
+
+    def test_static_example_trains_ddp_on_two_hosts(self):
+        job, rc = self.sbatch(STATIC, ["--steps", "40", *TRAIN_ARGS, "--out", self.path("res")], wait=True)
+        out = self.output()
+        self.assertEqual(rc, 0, self.describe())
+        results = self.results()
+        self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
+        self.assertTrue(all(r["world_size"] == 4 and r["identical"] for r in results), results)
+        self.assertEqual(sorted(r["group_rank"] for r in results), [0, 0, 1, 1], results)
+        self.assertEqual(len({r["checksum"] for r in results}), 1, results)
+        # Node 0 (n1) hosted the store on the first port derived from the job id; node 1 found it there.
+        port = 20000 + int(job) % 10000
+        self.assertRegex(out, rf"ddprun n0 info: Slurm step {job}\.0: the store listens on n1:{port}", out)
+        self.assertRegex(out, rf"ddprun n1 info: Slurm step {job}\.0: found the store on n1:{port}", out)
+        self.assertIn("parameters identical: True", out)
+        self.assert_nothing_left(self.tmp)
+
+    def test_scancel_mid_run_leaves_no_process(self):
+        job, _ = self.sbatch(STATIC, ["--steps", "1000000", *TRAIN_ARGS, "--out", self.path("res")])
+        self.wait_training()
+        run(["scancel", job])
+        self.wait_job_gone(job, 60)
+        self.assert_nothing_left(self.tmp)
+        out = self.output()
+        self.assertRegex(out, r"ddprun n\d warning: received SIGTERM: forwarding it to the workers", out)
+        self.assertEqual(self.results(), [], "no rank may finish")
+
+    def test_usr1_reaches_workers_and_ddprun_exits_75_for_requeue(self):
+        worker = self.path("signal_worker.py")
+        with open(worker, "w") as f:
+            f.write(SIGNAL_WORKER)
+        job, _ = self.sbatch(STATIC, [self.tmp], env=slurm_env(TRAIN=worker, DDPRUN_ARGS="--shutdown_timeout 3"))
+        wait_until(lambda: len(glob.glob(self.path("ready-*"))) == 4, JOB_TIMEOUT, "4 workers to start",
+                   self.describe)
+        hosts = set()
+        for f in glob.glob(self.path("ready-*")):
+            with open(f) as fh:
+                hosts.add(fh.read())
+        self.assertEqual(hosts, {"n1", "n2"})
+        run(["scancel", "--signal=USR1", job])  # the job steps' tasks only, as sbatch --signal=USR1@T does
+        wait_until(lambda: "requeueing job" in self.output(), 60, "the example to requeue the job", self.describe)
+        out = self.output()
+        self.assertIn(f"ddprun was interrupted by Slurm (exit {EXIT_SLURM_INTERRUPTED}): requeueing job {job}", out)
+        self.assertRegex(out, rf"exit(ed with exit)? code {EXIT_SLURM_INTERRUPTED}", out)
+        for rank in range(4):
+            with open(self.path(f"sig-{rank}")) as f:
+                self.assertEqual(set(f.read().split()), {"SIGUSR1"}, f"rank {rank}\n{out}")
+        wait_until(lambda: (self.job_field(job, "Restarts") or "0") != "0", 30, "the requeue", self.describe)
+        run(["scancel", job])
+        self.wait_job_gone(job, 60)
+        self.assert_nothing_left(self.tmp)
+
+    def test_worker_crash_is_restarted_by_ddprun_elastic_example(self):
+        env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"),
+                        DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,join_timeout=120")
+        job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
+                                        "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
+        out = self.output()
+        self.assertEqual(rc, 0, self.describe())
+        self.assertIn("rank 3: failing on purpose at step 15 (attempt 0)", out)
+        self.assertRegex(out, r"restarting the worker group \(1 of 1 restarts\)", out)
+        self.assertRegex(out, r"resumed from .*checkpoint\.pt at step \d+", out)
+        results = self.results()
+        self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
+        self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
+        self.assertIn(f"Slurm step {job}.0: the store listens on n1:{20000 + int(job) % 10000}", out)
+        self.assert_nothing_left(self.tmp)
+
+    def test_dry_run_shows_what_srun_gave_and_batch_misuse_is_refused(self):
+        cmd = f"srun --ntasks-per-node=1 {DDPRUN} --nproc_per_node 2 --dry-run train.py"
+        job, rc = self.sbatch("--wrap", [cmd], wait=True, sbatch_args=["-o", self.path("dry.txt")])
+        dry = self.output("dry.txt")
+        self.assertEqual(rc, 0, dry)
+        for rank in (0, 1):
+            self.assertIn(f"    --node_rank {rank}  <- SLURM_NODEID={rank}\n", dry)
+        self.assertEqual(dry.count("    --nnodes 2  <- SLURM_STEP_NUM_NODES=2\n"), 2, dry)
+        self.assertEqual(dry.count("    --master_addr n1  <- SLURM_STEP_NODELIST=n[1-2] (first host)\n"), 2, dry)
+        self.assertEqual(dry.count(f"    --rdzv_id {job}  <- SLURM_JOB_ID={job}\n"), 2, dry)
+        # ddprun in the batch script of a 2-node job, without srun: the second node would never join.
+        job, rc = self.sbatch("--wrap", [f"{DDPRUN} --nproc_per_node 2 train.py"], wait=True,
+                              sbatch_args=["-o", self.path("batch.txt")])
+        self.assertEqual(rc, 2, self.output("batch.txt"))
+        self.assertIn("ddprun runs in the batch script of a 2-node job", self.output("batch.txt"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
