@@ -384,7 +384,7 @@ TEST_CASE("c10d under Slurm: endpoint on the first host, agent 0 hosts the store
   CHECK(chosen.config.slurm->probe_ports.size() == 8);
 }
 
-TEST_CASE("--dry-run shows each derived setting and the variable it came from") {
+TEST_CASE("dry run shows each derived setting and the variable it came from") {
   auto p = parse({"--nproc_per_node", "2", "--dry-run", "train.py"}, srun_env());
   REQUIRE(p.config.slurm);
   std::string text = format_slurm_launch(*p.config.slurm);
