@@ -1,0 +1,94 @@
+#include "shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace ddprun::sdk {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& name) {
+  throw std::system_error(errno, std::generic_category(), what + " of shared memory segment " + name);
+}
+
+size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+std::byte* map(int fd, size_t bytes, const std::string& name) {
+  // MAP_POPULATE: fault the pages in now, not in the first collective.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    fail("mmap", name);
+  }
+  ::close(fd);
+  return static_cast<std::byte*>(p);
+}
+
+}  // namespace
+
+ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
+  slot_bytes = align_up(slot < 8192 ? 8192 : slot, 4096);
+  bcast_bytes = slot_bytes;
+  constexpr size_t kPage = 4096, kLine = 64;
+  pids_off = align_up(sizeof(Header), kLine);
+  sync_off = align_up(pids_off + sizeof(int32_t) * n, kLine);
+  small_off = align_up(sync_off + sizeof(RankSync) * n, kPage);
+  sets_off = small_off + 2 * kSmallBytes * n;
+  bcast_off = sets_off + kSets * (n + 1) * slot_bytes;
+  total_bytes = bcast_off + 2 * bcast_bytes;
+}
+
+std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t bytes) {
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) fail("shm_open(O_CREAT|O_EXCL)", name);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    errno = e;
+    fail("ftruncate to " + std::to_string(bytes) + " bytes (is /dev/shm large enough?)", name);
+  }
+  std::byte* base;
+  try {
+    base = map(fd, bytes, name);
+  } catch (...) {
+    ::shm_unlink(name.c_str());
+    throw;
+  }
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, base, bytes, true));
+}
+
+std::unique_ptr<ShmSegment> ShmSegment::attach(const std::string& name) {
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) fail("shm_open", name);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    fail("fstat", name);
+  }
+  size_t bytes = static_cast<size_t>(st.st_size);
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, map(fd, bytes, name), bytes, false));
+}
+
+void ShmSegment::unlink() {
+  if (!owner_ || unlinked_) return;
+  unlinked_ = true;
+  ::shm_unlink(name_.c_str());
+}
+
+ShmSegment::~ShmSegment() {
+  unlink();
+  ::munmap(base_, size_);
+}
+
+}  // namespace ddprun::sdk
