@@ -60,7 +60,9 @@ void copy_streaming(std::byte* dst, const std::byte* src, size_t n) {
 #endif
 }
 
-void copy_cached(std::byte* dst, const std::byte* src, size_t n) { std::memcpy(dst, src, n); }
+void copy_cached(std::byte* dst, const std::byte* src, size_t n) {
+  std::memcpy(dst, src, n);
+}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;

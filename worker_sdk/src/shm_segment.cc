@@ -36,7 +36,7 @@ std::byte* map(int fd, size_t bytes, const std::string& name) {
 
 ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
   slot_bytes = align_up(slot < 8192 ? 8192 : slot, 4096);
-  bcast_bytes = slot_bytes;
+  bcast_bytes = 4 * slot_bytes;
   constexpr size_t kPage = 4096, kLine = 64;
   pids_off = align_up(sizeof(Header), kLine);
   sync_off = align_up(pids_off + sizeof(int32_t) * n, kLine);

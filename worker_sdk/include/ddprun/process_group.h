@@ -46,7 +46,7 @@ enum class CpuTransport : uint8_t {
 };
 
 struct ProcessGroupOptions {
-  std::chrono::milliseconds timeout{300000};  // bootstrap, and every collective that is not given its own
+  std::chrono::milliseconds timeout{300000};  // the bootstrap, and each collective call
 
   // CPU backend only; the defaults suit real jobs, the other values exist for tests and benchmarks.
   CpuTransport cpu_transport = CpuTransport::kAuto;
@@ -56,8 +56,8 @@ struct ProcessGroupOptions {
   // IPv4 address peers use to reach this rank's TCP listener (bound to 0.0.0.0, port 0). "" = the local
   // address that routes to $MASTER_ADDR, else 127.0.0.1.
   std::string advertise_address;
-  // Chunk of the shared-memory path; a host segment holds 4(n+1)+2 such slots plus 64 KiB per rank.
-  size_t shm_slot_bytes = size_t{1} << 20;
+  // Chunk of the shared-memory path; a host segment holds 4(n+1)+8 such slots plus 64 KiB per rank.
+  size_t shm_slot_bytes = size_t{256} << 10;
   size_t tcp_segment_bytes = size_t{128} << 10;  // pipelining granularity of the ring
 };
 
@@ -71,8 +71,9 @@ class ProcessGroup {
   // How data moves, for logs and benchmarks, e.g. "cpu: shm(4)" or "cpu: shm(2) x tcp-ring(3 hosts)".
   virtual std::string describe() const { return backend(); }
 
-  // In place: data[0..count) of every rank becomes the reduction over all ranks. kAvg divides by size()
-  // (integer types: truncating division).
+  // In place: data[0..count) of every rank becomes the reduction over all ranks, bit-identical on every rank.
+  // kAvg divides by size() (integer types: truncating division); integer sums wrap around; fp16/bf16 are
+  // combined in float and rounded to nearest-even.
   virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
   // data[0..count) of `root` is copied to every rank.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
