@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Checks ddprun's CMake package: installs the worker SDK (component "sdk") from a build directory into a
+# temporary prefix, then configures, builds and runs a tiny consumer project that only does
+#     find_package(ddprun REQUIRED)  +  target_link_libraries(app PRIVATE ddprun::sdk)
+# with CMAKE_PREFIX_PATH pointing at the prefix. The consumer uses init(), GradientSynchronizer,
+# DistributedSampler and the tensor collectives when the SDK was built with libtorch (init() only otherwise),
+# runs once as a plain process, and — when the build has the ddprun launcher — under
+# `ddprun --standalone --nproc_per_node 2`.
+#
+#   scripts/check-cmake-package.sh [BUILD_DIR]     (default: <repo>/build; configured if missing)
+#
+# Exit 0 when everything worked; the temporary prefix and consumer build are removed on exit.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$repo/build}
+jobs=${JOBS:-2}
+
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$repo" -B "$build" -G Ninja
+fi
+targets=(ddprun_sdk ddprun_rendezvous)
+with_torch=0
+if grep -q '^DDPRUN_WITH_TORCH:' "$build/CMakeCache.txt" && [[ -f $build/ddprunConfig.cmake ]] &&
+   grep -q 'set(ddprun_WITH_TORCH ON)' "$build/ddprunConfig.cmake"; then
+  targets+=(ddprun_sdk_torch)
+  with_torch=1
+fi
+have_launcher=0
+build_targets=$(cmake --build "$build" --target help 2>/dev/null || true)
+if grep -q '^ddprun: ' <<<"$build_targets"; then
+  targets+=(ddprun)
+  have_launcher=1
+fi
+echo "== building ${targets[*]} in $build" >&2
+cmake --build "$build" --parallel "$jobs" --target "${targets[@]}"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-package.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "== installing into $tmp/prefix" >&2
+cmake --install "$build" --component sdk --prefix "$tmp/prefix" >/dev/null
+
+mkdir -p "$tmp/consumer"
+cat >"$tmp/consumer/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.22)
+project(ddprun_consumer LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(ddprun 0.1 REQUIRED)
+add_executable(app main.cc)
+target_link_libraries(app PRIVATE ddprun::sdk)
+if(ddprun_WITH_TORCH)
+  target_compile_definitions(app PRIVATE WITH_TORCH=1)
+endif()
+CMAKE
+cat >"$tmp/consumer/main.cc" <<'CXX'
+#include <cstdio>
+
+#include "ddprun/context.h"
+#ifdef WITH_TORCH
+#include <torch/torch.h>
+
+#include "ddprun/distributed_sampler.h"
+#include "ddprun/gradient_sync.h"
+#include "ddprun/tensor_ops.h"
+#endif
+
+int main() {
+  auto ctx = ddprun::sdk::init();
+#ifdef WITH_TORCH
+  torch::nn::Linear model(4, 1);
+  ddprun::sdk::GradientSynchronizer sync(*model, ctx->process_group());
+  ddprun::sdk::DistributedSampler sampler(10, ctx->world_size(), ctx->rank());
+  auto idx = sampler.indices();
+  auto x = torch::ones({static_cast<int64_t>(idx.size()), 4});
+  model->forward(x).sum().backward();
+  auto g = model->weight.grad().clone();
+  ddprun::sdk::all_reduce(ctx->process_group(), g, ddprun::sdk::ReduceOp::kAvg);
+  if (!torch::equal(g, model->weight.grad())) return 1;  // already averaged by backward
+#endif
+  ctx->barrier();
+  std::printf("consumer ok: rank %d of %d\n", ctx->rank(), ctx->world_size());
+  return 0;
+}
+CXX
+
+echo "== configuring and building the consumer (find_package(ddprun), CMAKE_PREFIX_PATH=$tmp/prefix)" >&2
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/consumer/build" --parallel "$jobs"
+
+echo "== running the consumer" >&2
+"$tmp/consumer/build/app"
+if [[ $have_launcher == 1 ]]; then
+  timeout 180 "$build/launcher/ddprun" --standalone --nproc_per_node 2 --no_python "$tmp/consumer/build/app" \
+    2>&1 | grep -E 'consumer ok|error' >&2
+  [[ ${PIPESTATUS[0]} == 0 ]]
+fi
+echo "cmake package OK (libtorch layer: $with_torch)" >&2

@@ -1,0 +1,454 @@
+// GradientSynchronizer (see ddprun/gradient_sync.h): buckets, accumulator post-hooks, one communication
+// thread, and the end-of-backward callback that writes the averaged gradients back.
+//
+// Lock discipline: State::mu guards the per-backward bookkeeping (marked, pending, ready, next_launch,
+// completed, active, error, stats). Gradient copies into a bucket happen outside the lock: each parameter
+// owns a disjoint slice, and the communication thread reads a bucket only after it is marked ready.
+#include "ddprun/gradient_sync.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "ddprun/tensor_ops.h"
+
+namespace ddprun::sdk {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+bool floating(c10::ScalarType t) {
+  return t == c10::kFloat || t == c10::kDouble || t == c10::kHalf || t == c10::kBFloat16;
+}
+
+// (dtype, device) groups for buckets and coalesced broadcasts, in first-seen order of `order`.
+std::vector<std::vector<size_t>> group_by_kind(const std::vector<at::Tensor>& ts) {
+  std::map<std::string, size_t> slot;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    std::string key = std::string(c10::toString(ts[i].scalar_type())) + "@" + ts[i].device().str();
+    auto [it, fresh] = slot.emplace(key, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  return groups;
+}
+
+// Copies root's tensors to every rank, one coalesced broadcast per (dtype, device).
+void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& ts, int root) {
+  at::NoGradGuard no_grad;
+  for (const auto& group : group_by_kind(ts)) {
+    std::vector<at::Tensor> flat;
+    for (size_t i : group) flat.push_back(ts[i].detach().reshape(-1));
+    at::Tensor buf = at::cat(flat);
+    broadcast(pg, buf, root);
+    int64_t off = 0;
+    for (size_t i : group) {
+      const int64_t n = ts[i].numel();
+      ts[i].detach().copy_(buf.narrow(0, off, n).view(ts[i].sizes()));
+      off += n;
+    }
+  }
+}
+
+struct Bucket {
+  std::vector<size_t> params;    // parameter indices
+  std::vector<int64_t> offsets;  // element offset of each parameter in `flat`
+  at::Tensor flat;
+  DType dtype = DType::kFloat32;
+  size_t bytes = 0;
+  size_t pending = 0;  // parameters still without a gradient this backward (State::mu)
+  bool ready = false;  // every gradient copied in; the communication thread may launch it (State::mu)
+};
+
+}  // namespace
+
+struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
+  State(ProcessGroup& group, GradientSyncOptions opts) : pg(group), options(opts) {}
+
+  ProcessGroup& pg;
+  const GradientSyncOptions options;
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> buffers;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of, slot_of;  // parameter -> (bucket, position in the bucket)
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+  std::atomic<int> no_sync_depth{0};
+  std::atomic<bool> detached{false};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool active = false;       // a synchronised backward is under way (its callback is queued)
+  std::vector<char> marked;  // parameter's gradient is in its bucket this backward
+  size_t next_launch = 0;    // next bucket the communication thread launches
+  size_t completed = 0;      // buckets whose all-reduce returned
+  bool stop = false;
+  std::exception_ptr error;  // sticky: the synchroniser is broken
+  GradientSyncStats current, last;
+  std::thread comm;
+
+  // Post-hook of a gradient accumulator.
+  class ReadyHook final : public torch::autograd::FunctionPostHook {
+   public:
+    ReadyHook(std::weak_ptr<State> state, size_t index) : state_(std::move(state)), index_(index) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list& /*inputs*/) override {
+      if (auto s = state_.lock()) s->on_gradient_ready(index_);
+      return outputs;
+    }
+
+   private:
+    std::weak_ptr<State> state_;
+    size_t index_;
+  };
+
+  at::Tensor slice(size_t p) const {
+    const Bucket& b = buckets[bucket_of[p]];
+    return b.flat.narrow(0, b.offsets[slot_of[p]], params[p].numel()).view(params[p].sizes());
+  }
+
+  // Copies parameter p's gradient (zeros when undefined) into its bucket slice and counts it in.
+  void contribute(size_t p) {
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor& g = params[p].grad();
+      if (g.defined()) {
+        slice(p).copy_(g);
+      } else {
+        slice(p).zero_();
+      }
+    }
+    std::lock_guard lk(mu);
+    Bucket& b = buckets[bucket_of[p]];
+    if (--b.pending == 0) {
+      b.ready = true;
+      cv.notify_all();
+    }
+  }
+
+  // Post-hook of parameter p's gradient accumulator: the gradient is final for this backward.
+  void on_gradient_ready(size_t p) {
+    if (detached.load() || no_sync_depth.load() > 0) return;
+    {
+      std::lock_guard lk(mu);
+      if (error) std::rethrow_exception(error);
+      if (!active) {
+        active = true;
+        current = {};
+        std::weak_ptr<State> weak = weak_from_this();
+        torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+          if (auto s = weak.lock()) s->finish();
+        });
+      }
+      if (marked[p]) {
+        error = std::make_exception_ptr(std::logic_error(
+            "GradientSynchronizer: parameter " + std::to_string(p) +
+            " got a second gradient in one synchronised backward: an earlier backward failed before its "
+            "gradients were averaged, so the ranks' collectives no longer match; restart the job"));
+        std::rethrow_exception(error);
+      }
+      marked[p] = 1;
+    }
+    contribute(p);
+  }
+
+  void comm_loop() {
+    std::unique_lock lk(mu);
+    for (;;) {
+      cv.wait(lk,
+              [&] { return stop || (!error && next_launch < buckets.size() && buckets[next_launch].ready); });
+      if (stop) return;
+      const size_t b = next_launch++;
+      Bucket& bucket = buckets[b];
+      lk.unlock();
+      std::exception_ptr failure;
+      const auto t0 = SteadyClock::now();
+      try {
+        pg.all_reduce(bucket.flat.data_ptr(), static_cast<size_t>(bucket.flat.numel()), bucket.dtype,
+                      ReduceOp::kAvg);
+      } catch (const CollectiveError& e) {
+        failure = std::make_exception_ptr(CollectiveError(describe_bucket(b) + ": " + e.what(), e.peer()));
+      } catch (const std::exception& e) {
+        failure = std::make_exception_ptr(CollectiveError(describe_bucket(b) + ": " + e.what(), -1));
+      }
+      const auto dt = SteadyClock::now() - t0;
+      lk.lock();
+      current.communication += std::chrono::duration_cast<std::chrono::nanoseconds>(dt);
+      current.bytes += bucket.bytes;
+      ++current.buckets;
+      ++completed;
+      if (failure && !error) error = failure;
+      cv.notify_all();
+    }
+  }
+
+  std::string describe_bucket(size_t b) const {
+    const Bucket& bucket = buckets[b];
+    return "gradient sync on rank " + std::to_string(pg.rank()) + ": all_reduce of bucket " +
+           std::to_string(b) + "/" + std::to_string(buckets.size()) + " (" + mib(bucket.bytes) + " " +
+           dtype_name(bucket.dtype) + ", " + std::to_string(bucket.params.size()) + " parameters) failed";
+  }
+
+  // End of a synchronised backward: unused parameters count in, wait for every bucket, write back.
+  void finish() {
+    std::vector<size_t> missing;
+    {
+      std::lock_guard lk(mu);
+      if (!active) {
+        if (error) std::rethrow_exception(error);
+        return;
+      }
+      for (size_t p = 0; p < params.size(); ++p) {
+        if (!marked[p]) {
+          marked[p] = 1;
+          missing.push_back(p);
+        }
+      }
+    }
+    for (size_t p : missing) contribute(p);
+
+    std::unique_lock lk(mu);
+    const auto t0 = SteadyClock::now();
+    // The process group's timeout bounds every all-reduce, so this wait ends.
+    cv.wait(lk, [&] { return completed == next_launch && (error || completed == buckets.size()); });
+    current.exposed_wait = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
+    if (error) {
+      active = false;
+      std::rethrow_exception(error);
+    }
+    lk.unlock();
+    {
+      at::NoGradGuard no_grad;
+      for (size_t p = 0; p < params.size(); ++p) {
+        at::Tensor& g = params[p].mutable_grad();
+        if (g.defined()) {
+          g.copy_(slice(p));
+        } else {
+          g = slice(p).clone();
+        }
+      }
+    }
+    lk.lock();
+    for (auto& bucket : buckets) {
+      bucket.pending = bucket.params.size();
+      bucket.ready = false;
+    }
+    std::fill(marked.begin(), marked.end(), 0);
+    next_launch = completed = 0;
+    active = false;
+    last = current;
+  }
+};
+
+namespace {
+
+std::vector<at::Tensor> unique_tensors(const std::vector<at::Tensor>& ts, bool trainable_only) {
+  std::unordered_set<const void*> seen;
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) {
+    if (!t.defined() || (trainable_only && !t.requires_grad())) continue;
+    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+  }
+  return out;
+}
+
+// Every rank must have the same parameter list: compare a fingerprint of shapes and dtypes.
+void verify_same_model(ProcessGroup& pg, const std::vector<at::Tensor>& params) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  mix(params.size());
+  for (const auto& p : params) {
+    mix(static_cast<uint64_t>(p.scalar_type()));
+    mix(static_cast<uint64_t>(p.dim()));
+    for (int64_t d : p.sizes()) mix(static_cast<uint64_t>(d));
+  }
+  at::Tensor mine = at::empty({1}, at::TensorOptions().dtype(at::kLong));
+  mine.fill_(static_cast<int64_t>(h));
+  mine = mine.to(params.front().device());
+  at::Tensor all = all_gather(pg, mine).cpu();
+  for (int r = 0; r < pg.size(); ++r) {
+    if (all[r].item<int64_t>() != static_cast<int64_t>(h)) {
+      throw std::runtime_error("GradientSynchronizer: rank " + std::to_string(r) +
+                               " has different parameters (count, shapes or dtypes) than rank " +
+                               std::to_string(pg.rank()) + ": every rank must build the same model");
+    }
+  }
+}
+
+}  // namespace
+
+GradientSynchronizer::GradientSynchronizer(torch::nn::Module& module, ProcessGroup& pg,
+                                           GradientSyncOptions options)
+    : GradientSynchronizer(module.parameters(/*recurse=*/true), module.buffers(/*recurse=*/true), pg,
+                           options) {}
+
+GradientSynchronizer::GradientSynchronizer(std::vector<at::Tensor> parameters,
+                                           std::vector<at::Tensor> buffers, ProcessGroup& pg,
+                                           GradientSyncOptions options)
+    : state_(std::make_shared<State>(pg, options)) {
+  State& s = *state_;
+  s.params = unique_tensors(parameters, /*trainable_only=*/true);
+  s.buffers = unique_tensors(buffers, /*trainable_only=*/false);
+  if (s.params.empty()) throw std::invalid_argument("GradientSynchronizer: no parameter requires a gradient");
+  if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {
+    throw std::invalid_argument("GradientSynchronizer: bucket caps must be positive");
+  }
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    const at::Tensor& t = s.params[p];
+    if (!t.is_leaf())
+      throw std::invalid_argument("GradientSynchronizer: parameter " + std::to_string(p) + " is not a leaf");
+    if (!floating(t.scalar_type()) || t.layout() != c10::kStrided) {
+      throw std::invalid_argument(
+          "GradientSynchronizer: parameter " + std::to_string(p) + " has dtype " +
+          c10::toString(t.scalar_type()) +
+          "; only dense float32, float64, float16 and bfloat16 parameters are supported");
+    }
+    at::Tensor probe = at::empty({0}, t.options().requires_grad(false));
+    check_tensor(pg, probe, "GradientSynchronizer");  // device kind matches the backend
+  }
+
+  // Buckets: walk the parameters in reverse; per (dtype, device) fill a bucket up to the current cap.
+  std::vector<size_t> reversed(s.params.size());
+  for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+  struct Open {
+    std::vector<size_t> params;
+    size_t bytes = 0;
+    bool first = true;
+  };
+  std::vector<std::vector<size_t>> assignment;
+  std::map<std::string, Open> open;
+  for (size_t p : reversed) {
+    const at::Tensor& t = s.params[p];
+    Open& o = open[std::string(c10::toString(t.scalar_type())) + "@" + t.device().str()];
+    o.params.push_back(p);
+    o.bytes += static_cast<size_t>(t.numel()) * t.element_size();
+    if (o.bytes >= (o.first ? options.first_bucket_cap_bytes : options.bucket_cap_bytes)) {
+      assignment.push_back(std::move(o.params));
+      o.params.clear();
+      o.bytes = 0;
+      o.first = false;
+    }
+  }
+  for (auto& [key, o] : open) {
+    if (!o.params.empty()) assignment.push_back(std::move(o.params));
+  }
+  // Launch order: by the first parameter backward reaches (the highest index).
+  std::sort(assignment.begin(), assignment.end(),
+            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+
+  s.bucket_of.resize(s.params.size());
+  s.slot_of.resize(s.params.size());
+  for (auto& members : assignment) {
+    Bucket b;
+    b.params = members;
+    int64_t numel = 0;
+    for (size_t j = 0; j < members.size(); ++j) {
+      s.bucket_of[members[j]] = s.buckets.size();
+      s.slot_of[members[j]] = j;
+      b.offsets.push_back(numel);
+      numel += s.params[members[j]].numel();
+    }
+    const at::Tensor& first = s.params[members.front()];
+    b.flat = at::empty({numel}, first.options().requires_grad(false));
+    b.dtype = to_dtype(first.scalar_type());
+    b.bytes = static_cast<size_t>(numel) * first.element_size();
+    b.pending = members.size();
+    s.buckets.push_back(std::move(b));
+  }
+  s.marked.assign(s.params.size(), 0);
+
+  verify_same_model(pg, s.params);
+  if (options.broadcast_parameters) {
+    broadcast_coalesced(pg, s.params, 0);
+    if (!s.buffers.empty()) broadcast_coalesced(pg, s.buffers, 0);
+  }
+
+  // Hooks on the gradient accumulators; keep the accumulators alive so the hooks stay attached.
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    auto acc = torch::autograd::impl::grad_accumulator(s.params[p]);
+    if (!acc)
+      throw std::invalid_argument("GradientSynchronizer: parameter " + std::to_string(p) +
+                                  " has no gradient accumulator");
+    s.hook_keys.push_back(acc->add_post_hook(std::make_unique<State::ReadyHook>(state_, p)));
+    s.accumulators.push_back(std::move(acc));
+  }
+  s.comm = std::thread([state = state_.get()] { state->comm_loop(); });
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  State& s = *state_;
+  s.detached.store(true);
+  {
+    std::lock_guard lk(s.mu);
+    s.stop = true;
+  }
+  s.cv.notify_all();
+  if (s.comm.joinable()) s.comm.join();
+  for (size_t p = 0; p < s.accumulators.size(); ++p) s.accumulators[p]->del_post_hook(s.hook_keys[p]);
+}
+
+GradientSynchronizer::NoSyncGuard::NoSyncGuard(GradientSynchronizer* owner) : owner_(owner) {
+  owner_->state_->no_sync_depth.fetch_add(1);
+}
+GradientSynchronizer::NoSyncGuard::NoSyncGuard(NoSyncGuard&& other) noexcept : owner_(other.owner_) {
+  other.owner_ = nullptr;
+}
+GradientSynchronizer::NoSyncGuard::~NoSyncGuard() {
+  if (owner_) owner_->state_->no_sync_depth.fetch_sub(1);
+}
+
+GradientSynchronizer::NoSyncGuard GradientSynchronizer::no_sync() {
+  return NoSyncGuard(this);
+}
+
+void GradientSynchronizer::finish() {
+  state_->finish();
+}
+
+void GradientSynchronizer::broadcast_parameters(int root) {
+  broadcast_coalesced(state_->pg, state_->params, root);
+}
+
+void GradientSynchronizer::broadcast_buffers(int root) {
+  if (!state_->buffers.empty()) broadcast_coalesced(state_->pg, state_->buffers, root);
+}
+
+size_t GradientSynchronizer::num_parameters() const {
+  return state_->params.size();
+}
+
+std::vector<std::vector<size_t>> GradientSynchronizer::bucket_assignment() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : state_->buckets) out.push_back(b.params);
+  return out;
+}
+
+GradientSyncStats GradientSynchronizer::last_stats() const {
+  std::lock_guard lk(state_->mu);
+  return state_->last;
+}
+
+}  // namespace ddprun::sdk
