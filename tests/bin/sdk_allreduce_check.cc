@@ -1,9 +1,12 @@
 // sdk_allreduce_check: a worker program for ddprun's tests of the worker SDK. Run under ddprun (or with the
-// RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT environment), it all-reduces known patterns of every dtype and op,
-// broadcasts and all-gathers, and checks every result exactly.
+// RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT environment), it all-reduces known patterns of every dtype
+// (float32/64, float16, bfloat16, int32/64, uint8) and op (sum, max, min exactly; avg within one rounding of
+// the exact quotient, integers truncated), sizes 0 to 12 MiB, broadcasts and all-gathers, and checks every
+// result. The expected values are computed here independently of the SDK's kernels.
 //
-//   sdk_allreduce_check [--iterations N] [--timeout-ms MS] [--kill-rank R]
+//   sdk_allreduce_check [--iterations N] [--timeout-ms MS] [--large] [--kill-rank R]
 //
+// --large: also a 64 MiB float32 sum (every element checked).
 // --kill-rank R: rank R SIGKILLs itself while all-reducing; the other ranks keep all-reducing until the
 // group reports the loss, print "CollectiveError peer=<p> after <s> s: <message>" and exit 3 (SIGTERM and
 // SIGINT are blocked in this mode, so that a launcher stopping the job does not cut the report short).
@@ -11,7 +14,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,10 +36,44 @@ int64_t pattern(int rank, size_t i, DType t) {
   return t == DType::kUInt8 ? v : v - 9;
 }
 
-// Small integers fit exactly in every dtype; only sum/max/min are checked (exact everywhere).
+// Exact conversions of small integers (|v| < 2048) to and from float16 / bfloat16 bit patterns.
+uint16_t small_int_to_half(int64_t v) {
+  if (v == 0) return 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  uint64_t m = static_cast<uint64_t>(v < 0 ? -v : v);
+  int e = 63 - __builtin_clzll(m);  // value = 1.f * 2^e
+  const uint16_t frac = static_cast<uint16_t>(((m << (10 - e)) & 0x3FF));
+  return static_cast<uint16_t>(sign | ((e + 15) << 10) | frac);
+}
+double half_to_double(uint16_t h) {
+  const int e = (h >> 10) & 0x1F;
+  const double f = h & 0x3FF;
+  const double mag = e == 0 ? f * std::ldexp(1.0, -24) : (1.0 + f / 1024.0) * std::ldexp(1.0, e - 15);
+  return (h & 0x8000) ? -mag : mag;
+}
+uint16_t small_int_to_bfloat16(int64_t v) {
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);  // exact: small integers need at most 8 significant bits
+}
+double bfloat16_to_double(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Small integers fit exactly in every dtype.
 double read_value(const std::byte* buf, size_t i, DType t);
 void write_value(std::byte* buf, size_t i, DType t, int64_t v) {
   switch (t) {
+    case DType::kFloat16:
+      reinterpret_cast<uint16_t*>(buf)[i] = small_int_to_half(v);
+      break;
+    case DType::kBFloat16:
+      reinterpret_cast<uint16_t*>(buf)[i] = small_int_to_bfloat16(v);
+      break;
     case DType::kFloat32:
       reinterpret_cast<float*>(buf)[i] = static_cast<float>(v);
       break;
@@ -65,40 +105,56 @@ double read_value(const std::byte* buf, size_t i, DType t) {
       return static_cast<double>(reinterpret_cast<const int64_t*>(buf)[i]);
     case DType::kUInt8:
       return reinterpret_cast<const uint8_t*>(buf)[i];
+    case DType::kFloat16:
+      return half_to_double(reinterpret_cast<const uint16_t*>(buf)[i]);
+    case DType::kBFloat16:
+      return bfloat16_to_double(reinterpret_cast<const uint16_t*>(buf)[i]);
     default:
       return 0;
   }
 }
 
-bool check_patterns(Context& ctx, int iterations) {
+bool check_patterns(Context& ctx, int iterations, bool large) {
   auto& pg = ctx.process_group();
   const int n = ctx.world_size(), me = ctx.rank();
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUInt8};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                          DType::kInt32,   DType::kInt64,   DType::kUInt8};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   for (int it = 0; it < iterations; ++it) {
-    for (size_t count : {size_t{1}, size_t{7}, size_t{4097}, size_t{300000}, size_t{1500000}}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{300000}, size_t{1500000}}) {
       for (DType t : dtypes) {
         for (ReduceOp op : ops) {
           // The large size (12 MiB of int64: several shared-memory chunks) once per iteration.
           if (count == 1500000 && (t != DType::kInt64 || op != ReduceOp::kSum)) continue;
+          // uint8 averages of wrapped sums are not a meaningful contract to check here.
+          if (t == DType::kUInt8 && op == ReduceOp::kAvg) continue;
           std::vector<std::byte> buf(count * dtype_size(t));
           for (size_t i = 0; i < count; ++i) write_value(buf.data(), i, t, pattern(me, i, t));
           pg.all_reduce(buf.data(), count, t, op);
           for (size_t i = 0; i < count; ++i) {
-            int64_t want = op == ReduceOp::kSum ? 0 : pattern(0, i, t);
+            const bool sum_like = op == ReduceOp::kSum || op == ReduceOp::kAvg;
+            int64_t want = sum_like ? 0 : pattern(0, i, t);
             for (int r = 0; r < n; ++r) {
               int64_t v = pattern(r, i, t);
-              want = op == ReduceOp::kSum   ? want + v
-                     : op == ReduceOp::kMax ? std::max(want, v)
-                                            : std::min(want, v);
+              want = sum_like ? want + v : op == ReduceOp::kMax ? std::max(want, v) : std::min(want, v);
             }
             if (t == DType::kUInt8) want &= 0xFF;
-            if (read_value(buf.data(), i, t) != static_cast<double>(want)) {
-              std::fprintf(
-                  stderr,
-                  "sdk_allreduce_check: rank %d: all_reduce %s %s count %zu: element %zu is %g, want %lld\n",
-                  me, dtype_name(t), reduce_op_name(op), count, i, read_value(buf.data(), i, t),
-                  static_cast<long long>(want));
+            double expect = static_cast<double>(want), tolerance = 0;
+            if (op == ReduceOp::kAvg) {
+              const bool integer = t == DType::kInt32 || t == DType::kInt64;
+              expect = integer ? static_cast<double>(want / n) : static_cast<double>(want) / n;
+              // One rounding of the quotient in the element type.
+              tolerance = t == DType::kFloat16    ? std::abs(expect) * 0x1p-11
+                          : t == DType::kBFloat16 ? std::abs(expect) * 0x1p-8
+                          : t == DType::kFloat32  ? std::abs(expect) * 0x1p-23
+                                                  : std::abs(expect) * 0x1p-51;
+            }
+            const double got = read_value(buf.data(), i, t);
+            if (std::abs(got - expect) > tolerance) {
+              std::fprintf(stderr,
+                           "sdk_allreduce_check: rank %d: all_reduce %s %s count %zu: element %zu is %.9g, "
+                           "want %.9g\n",
+                           me, dtype_name(t), reduce_op_name(op), count, i, got, expect);
               return false;
             }
           }
@@ -126,11 +182,25 @@ bool check_patterns(Context& ctx, int iterations) {
     }
     pg.barrier();
   }
+  if (large) {
+    std::vector<float> big(size_t{16} << 20);  // 64 MiB
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((me + 1) * static_cast<int>(i % 7));
+    pg.all_reduce(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum);
+    const int ranks_sum = n * (n + 1) / 2;
+    for (size_t i = 0; i < big.size(); ++i) {
+      if (big[i] != static_cast<float>(ranks_sum * static_cast<int>(i % 7))) {
+        std::fprintf(stderr, "sdk_allreduce_check: rank %d: 64 MiB all_reduce wrong at %zu: %g\n", me, i,
+                     static_cast<double>(big[i]));
+        return false;
+      }
+    }
+  }
   return true;
 }
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: sdk_allreduce_check [--iterations N] [--timeout-ms MS] [--kill-rank R]\n");
+  std::fprintf(stderr,
+               "usage: sdk_allreduce_check [--iterations N] [--timeout-ms MS] [--large] [--kill-rank R]\n");
   std::exit(2);
 }
 
@@ -139,8 +209,13 @@ bool check_patterns(Context& ctx, int iterations) {
 int main(int argc, char** argv) {
   int iterations = 2, kill_rank = -1;
   long timeout_ms = 60000;
+  bool large = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--large") {
+      large = true;
+      continue;
+    }
     if (i + 1 >= argc) usage();
     if (a == "--iterations") {
       iterations = std::atoi(argv[++i]);
@@ -173,7 +248,7 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   try {
     if (kill_rank < 0) {
-      if (!check_patterns(*ctx, iterations)) return 1;
+      if (!check_patterns(*ctx, iterations, large)) return 1;
       std::printf("sdk_allreduce_check: rank %d: all checks passed\n", me);
       return 0;
     }

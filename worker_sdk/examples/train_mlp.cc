@@ -205,6 +205,7 @@ int run(const Flags& f) {
         }
       }
       opt.step();
+      if (device.is_cuda()) torch::cuda::synchronize(device.index());  // a step ends when the GPU is done
       ++step;
       ++window_steps;
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
