@@ -4,20 +4,19 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
-#include <condition_variable>
 #include <csignal>
-#include <deque>
 #include <future>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "agent/event_queue.h"
 #include "agent/failure_summary.h"
 #include "agent/log_layout.h"
 #include "agent/process_context.h"
+#include "agent/worker_launches.h"
 #include "rendezvous/store_error.h"
 
 namespace ddprun::agent {
@@ -28,51 +27,9 @@ using rdzv::RoundStop;
 
 namespace {
 
-struct Event {
-  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal } kind = Kind::kSignal;
-  int local_rank = 0;
-  pid_t pid = 0;
-  ExitStatus status;
-  double time = 0;
-  RoundStop stop;
-  std::string error;
-  int signal = 0;
-  int round = -1;  // kRoundStopped/kWatcherError: the round the watcher watched
-};
-
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-// Events from the io thread and the watcher thread to the loop.
-class EventQueue {
- public:
-  void push(Event e) {
-    {
-      std::lock_guard lock(mu_);
-      events_.push_back(std::move(e));
-    }
-    cv_.notify_one();
-  }
-  // Waits for the next event until `deadline` (nullopt: forever). Returns false on the deadline.
-  bool pop(Event& out, std::optional<Clock::time_point> deadline) {
-    std::unique_lock lock(mu_);
-    auto ready = [&] { return !events_.empty(); };
-    if (deadline) {
-      if (!cv_.wait_until(lock, *deadline, ready)) return false;
-    } else {
-      cv_.wait(lock, ready);
-    }
-    out = std::move(events_.front());
-    events_.pop_front();
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;
-};
 
 std::string hostname() {
   char host[256] = {};
@@ -117,7 +74,6 @@ class ElasticAgent::Loop {
   void arm_signals();
   void start_watcher(int round);
   void stop_watcher();
-  std::vector<WorkerLaunch> launches(const Round& round);
   Outcome supervise(const Round& round, int& exit_code);
   WorkerFailure failure_of(const Round& round, const Event& e) const;
   void begin_stop(int sig);
@@ -197,48 +153,6 @@ void ElasticAgent::Loop::start_watcher(int round) {
 void ElasticAgent::Loop::stop_watcher() {
   watcher_stop_ = true;
   if (watcher_.joinable()) watcher_.join();
-}
-
-std::vector<WorkerLaunch> ElasticAgent::Loop::launches(const Round& round) {
-  const int nproc = static_cast<int>(config_.worker_argv.size());
-  std::vector<WorkerLaunch> out;
-  for (int lr = 0; lr < nproc; ++lr) {
-    const auto& paths = round.paths[static_cast<size_t>(lr)];
-    const WorkerOutput& o = config_.outputs[static_cast<size_t>(lr)];
-    WorkerIdentity who{.local_rank = lr,
-                       .rank = round.ranks[static_cast<size_t>(lr)],
-                       .local_world_size = nproc,
-                       .world_size = 0,
-                       .group_rank = round.info.group_rank,
-                       .group_world_size = round.info.group_world_size,
-                       .role = config_.role};
-    who.world_size = round.info.world_size;
-    RoundEnv env{.master_addr = round.info.store_host,
-                 .master_port = round.info.store_port,
-                 // Every round is a new attempt for the workers (fresh "/worker/attempt_<n>" keys), also
-                 // after a membership change that does not count against max_restarts.
-                 .restart_count = round.info.round,
-                 .max_restarts = config_.max_restarts,
-                 .run_id = rdzv_->run_id(),
-                 .use_agent_store = true,
-                 .error_file = paths.error_file.string()};
-    WorkerLaunch w;
-    w.local_rank = lr;
-    w.argv = config_.worker_argv[static_cast<size_t>(lr)];
-    w.env = worker_env(config_.base_env, who, env, config_.set_omp_threads);
-    if (o.stdout_to_file) w.stdout_file = paths.stdout_file;
-    // stderr always goes to its log file as well, so a failure can quote its last lines.
-    w.stderr_file = paths.stderr_file;
-    w.console_stdout = o.stdout_to_console;
-    w.whole_lines = nproc > 1;  // several workers share the console: never interleave half lines
-    w.console_stderr = o.stderr_to_console;
-    if (o.prefix_console) {
-      w.prefix = "[" + (config_.node_tag.empty() ? "" : config_.node_tag + ":") + config_.role +
-                 std::to_string(lr) + "]:";
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
 }
 
 WorkerFailure ElasticAgent::Loop::failure_of(const Round& round, const Event& e) const {
@@ -475,7 +389,7 @@ int ElasticAgent::Loop::run() {
       spdlog::error("cannot create the attempt's log directories: {}", e.what());
       return kExitSpawnFailed;
     }
-    auto specs = launches(round);
+    auto specs = worker_launches(config_, round.info, round.paths, round.ranks, rdzv_->run_id());
     start_watcher(round.info.round);
     std::string spawn_error = on_io([&]() -> std::string {
       try {

@@ -3,13 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <cmath>
-#include <csignal>
-#include <cstdlib>
-#include <filesystem>
-#include <stdexcept>
-#include <thread>
+#include <tuple>
 
+#include "launcher/flag_values.h"
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
 
@@ -21,167 +17,6 @@ namespace ddprun::launcher {
 namespace {
 
 using Env = std::map<std::string, std::string>;
-
-// A bad command line; what() is the whole user-facing message.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// One value as the user gave it, and where it came from, so that messages can name it.
-struct Given {
-  std::string flag;  // canonical spelling, "--nnodes"
-  std::string text;  // the value
-  std::string env;   // "PET_NNODES" when it came from the environment, else ""
-};
-
-// "ddprun: invalid --flag value 'v' (from PET_FLAG): <reason>"
-[[noreturn]] void fail_because(const Given& g, const std::string& reason) {
-  std::string msg = "ddprun: invalid " + g.flag + " value '" + g.text + "'";
-  if (!g.env.empty()) msg += " (from " + g.env + ")";
-  throw UsageError(msg + ": " + reason);
-}
-
-[[noreturn]] void fail(const Given& g, const std::string& expected) {
-  fail_because(g, "expected " + expected);
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t pos; (pos = s.find(sep, start)) != std::string::npos; start = pos + 1) {
-    parts.push_back(s.substr(start, pos - start));
-  }
-  parts.push_back(s.substr(start));
-  return parts;
-}
-
-// Decimal integer with optional sign, surrounding blanks allowed (as Python's int()).
-std::optional<long long> to_int(const std::string& raw) {
-  std::string s = trim(raw);
-  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-  if (i == s.size() || s.size() > 18) return std::nullopt;
-  for (size_t j = i; j < s.size(); ++j) {
-    if (!std::isdigit(static_cast<unsigned char>(s[j]))) return std::nullopt;
-  }
-  return std::stoll(s);
-}
-
-std::optional<double> to_double(const std::string& raw) {
-  std::string s = trim(raw);
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-int int_at_least(const Given& g, long long min) {
-  auto v = to_int(g.text);
-  if (!v || *v < min || *v > 1'000'000'000) fail(g, "an integer >= " + std::to_string(min));
-  return static_cast<int>(*v);
-}
-
-double seconds(const Given& g) {
-  auto v = to_double(g.text);
-  if (!v || *v < 0) fail(g, "a number of seconds >= 0");
-  return *v;
-}
-
-std::string one_of(const Given& g, const std::vector<std::string>& choices) {
-  for (const auto& c : choices) {
-    if (g.text == c) return c;
-  }
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-  fail(g, "one of " + list);
-}
-
-// ---- rdzv_conf ----
-
-// clang-format off
-const std::vector<std::string> kRdzvConfKeys = {
-    "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout"};
-// clang-format on
-
-std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
-  std::map<std::string, std::string> conf;
-  if (trim(g.text).empty()) return conf;
-  std::string valid;
-  for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
-  for (const auto& item : split(g.text, ',')) {
-    auto eq = item.find('=');
-    std::string key = trim(item.substr(0, eq));
-    if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
-      fail(g, "KEY=VALUE,... ('" + item + "' is not KEY=VALUE)");
-    }
-    std::string value = trim(item.substr(eq + 1));
-    if (std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) == kRdzvConfKeys.end()) {
-      fail(g, "keys among " + valid + " (unknown key '" + key + "')");
-    }
-    if (key == "is_host") {
-      std::string v;
-      for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
-        conf[key] = "true";
-      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
-        conf[key] = "false";
-      } else {
-        fail(g, "is_host to be a boolean (1/0, true/false, yes/no), not '" + value + "'");
-      }
-    } else {
-      auto n = to_int(value);
-      if (!n || *n <= 0) fail(g, key + " to be a positive integer (seconds or count), not '" + value + "'");
-      conf[key] = std::to_string(*n);
-    }
-  }
-  return conf;
-}
-
-// ---- signals ----
-
-const std::vector<std::pair<std::string, int>> kSignalNames = {
-    {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},   {"TRAP", SIGTRAP},
-    {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},   {"KILL", SIGKILL}, {"USR1", SIGUSR1},
-    {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},   {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},   {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
-    {"TTOU", SIGTTOU}, {"URG", SIGURG},     {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
-    {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"PWR", SIGPWR},   {"SYS", SIGSYS}};
-
-std::vector<int> parse_signals(const Given& g) {
-  std::vector<int> out;
-  for (const auto& raw : split(g.text, ',')) {
-    std::string name = trim(raw);
-    std::string upper;
-    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (upper.rfind("SIG", 0) == 0) upper = upper.substr(3);
-    int sig = 0;
-    if (auto n = to_int(name)) {
-      if (*n >= 1 && *n <= SIGRTMAX) sig = static_cast<int>(*n);
-    } else {
-      for (const auto& [n2, s] : kSignalNames) {
-        if (upper == n2) sig = s;
-      }
-    }
-    if (sig == 0)
-      fail(g, "signal names (SIGTERM, TERM) or numbers 1.." + std::to_string(SIGRTMAX) +
-                  ", comma-separated ('" + name + "' is not a signal)");
-    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-      fail(g, "signals ddprun can forward ('" + name + "' cannot be caught or is used by ddprun itself)");
-    }
-    if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
-  }
-  return out;
-}
-
-// ---- the command line ----
 
 // CLI11's App, with access to how each left-over argument was classified (unknown option vs positional).
 class ArgApp : public CLI::App {
@@ -368,38 +203,13 @@ class Parser {
     for (size_t i = 1; i < missing.size(); ++i) c.training_script_args.push_back(missing[i].second);
   }
 
-  void nnodes(LaunchConfig& c) {
-    Given g = get("--nnodes");
-    auto parts = split(g.text, ':');
-    std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
-    if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
-      fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
-    }
-    c.min_nodes = static_cast<int>(*lo);
-    c.max_nodes = static_cast<int>(*hi);
-  }
+  void nnodes(LaunchConfig& c) { std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(get("--nnodes")); }
 
   void nproc(LaunchConfig& c) {
     Given g = get("--nproc_per_node");
     c.nproc_spec = trim(g.text);
-    auto cpus = [] { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); };
     auto gpus = [&] { return gpu_count_ ? gpu_count_() : count_cuda_devices(); };
-    if (c.nproc_spec == "cpu") {
-      c.nproc_per_node = cpus();
-    } else if (c.nproc_spec == "gpu") {
-      c.nproc_per_node = gpus();
-      if (c.nproc_per_node <= 0) {
-        throw UsageError("ddprun: --nproc_per_node=gpu but no CUDA device is visible" +
-                         (g.env.empty() ? std::string() : " (from " + g.env + ")"));
-      }
-    } else if (c.nproc_spec == "auto") {
-      int n = gpus();
-      c.nproc_per_node = n > 0 ? n : cpus();
-    } else {
-      auto v = to_int(g.text);
-      if (!v || *v < 1 || *v > 1'000'000) fail(g, "a positive integer, cpu, gpu or auto");
-      c.nproc_per_node = static_cast<int>(*v);
-    }
+    c.nproc_per_node = parse_nproc_per_node(g, gpus);
   }
 
   void rendezvous(LaunchConfig& c) {
@@ -424,18 +234,7 @@ class Parser {
       c.rdzv_endpoint = "localhost:0";
       return;
     }
-    Given ep = get("--rdzv_endpoint");
-    c.rdzv_endpoint = trim(ep.text);
-    if (!c.rdzv_endpoint.empty()) {
-      std::string err;
-      auto port = c.rdzv_backend == "c10d" ? std::optional<uint16_t>(29400) : std::nullopt;
-      if (!rdzv::parse_endpoint(c.rdzv_endpoint, port, err)) {
-        std::string err_prefix = "invalid endpoint '" + c.rdzv_endpoint + "': ";
-        if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
-        if (err.rfind("no port", 0) == 0) fail(ep, "host:port (the static backend needs a port)");
-        fail_because(ep, err);
-      }
-    }
+    c.rdzv_endpoint = parse_rdzv_endpoint(get("--rdzv_endpoint"), c.rdzv_backend == "c10d");
     if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
       throw UsageError(
           "ddprun: --nnodes=" + get("--nnodes").text +
@@ -444,17 +243,8 @@ class Parser {
   }
 
   void master(LaunchConfig& c) {
-    Given addr = get("--master_addr");
-    std::string err;
-    if (rdzv::parse_endpoint(trim(addr.text), std::nullopt, err))
-      fail(addr, "a host without port (use --master_port)");
-    auto ep = rdzv::parse_endpoint(trim(addr.text), 1, err);
-    if (!ep) fail(addr, "a host name or address: " + err);
-    c.master_addr = ep->host;
-    Given port = get("--master_port");
-    auto p = rdzv::parse_port(trim(port.text));
-    if (!p) fail(port, "a port number in 0..65535");
-    c.master_port = *p;
+    c.master_addr = parse_master_addr(get("--master_addr"));
+    c.master_port = parse_master_port(get("--master_port"));
     c.master_port_given = given("--master_port").has_value();
     Given rank = get("--node_rank");
     c.node_rank = int_at_least(rank, 0);
@@ -492,17 +282,7 @@ class Parser {
     if (!t) fail(tee, "0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,... like 0:1,1:2");
     c.redirects = *r;
     c.tee = *t;
-    c.local_ranks_filter.reset();
-    Given filter = get("--local_ranks_filter");
-    if (!trim(filter.text).empty()) {
-      std::set<int> ranks;
-      for (const auto& item : split(filter.text, ',')) {
-        auto v = to_int(item);
-        if (!v || *v < 0 || *v > 1'000'000) fail(filter, "local ranks >= 0, comma-separated, like 0,2");
-        ranks.insert(static_cast<int>(*v));
-      }
-      c.local_ranks_filter = ranks;
-    }
+    c.local_ranks_filter = parse_local_ranks_filter(get("--local_ranks_filter"));
     c.signals_to_handle = parse_signals(get("--signals_to_handle"));
     c.shutdown_timeout = seconds(get("--shutdown_timeout"));
     c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
@@ -691,45 +471,6 @@ ParseResult parse_launch_config(const std::vector<std::string>& argv,
   } catch (const UsageError& e) {
     return {2, true, e.what()};
   }
-}
-
-int visible_cuda_devices(int physical, const std::optional<std::string>& cuda_visible_devices) {
-  if (!cuda_visible_devices) return physical;
-  std::set<std::string> seen;
-  int count = 0;
-  for (const auto& raw : split(*cuda_visible_devices, ',')) {
-    std::string item = trim(raw);
-    if (item.empty() || !seen.insert(item).second) break;
-    if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) {
-      ++count;
-      continue;
-    }
-    auto v = to_int(item);
-    if (!v || *v < 0 || *v >= physical) break;
-    ++count;
-  }
-  return std::min(count, physical);
-}
-
-int count_cuda_devices() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  int physical = 0;
-  for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-    (void)e;
-    ++physical;
-  }
-  if (physical == 0) {
-    for (const auto& e : fs::directory_iterator("/dev", ec)) {
-      std::string name = e.path().filename().string();
-      if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
-          name.find_first_not_of("0123456789", 6) == std::string::npos) {
-        ++physical;
-      }
-    }
-  }
-  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
-  return visible_cuda_devices(physical, cvd ? std::optional<std::string>(cvd) : std::nullopt);
 }
 
 }  // namespace ddprun::launcher

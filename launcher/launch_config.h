@@ -5,8 +5,9 @@
 // flag is absent; a flag on the command line always wins. Everything from the training script on belongs to
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
-// Pure: no processes, sockets or files are touched, except count_cuda_devices() (reads /proc and /dev) and
-// std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state).
+// Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
+// reads /proc and /dev) and std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe
+// (no shared state). Each single value is judged by launcher/flag_values.h.
 //
 // Errors: a bad command line gives ParseResult{exit_code 2, should_exit true} and one message that starts
 // with "ddprun: ", names the flag (and the PET_ variable when the value came from there), quotes the bad
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
 #include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
@@ -120,14 +122,5 @@ ParseResult parse_launch_config(const std::vector<std::string>& argv,
 // Torchrun's ${local_rank} macro (Python string.Template.safe_substitute): "${local_rank}" and "$local_rank"
 // become the rank, "$$" becomes "$", anything else is kept.
 std::string substitute_local_rank(const std::string& arg, int local_rank);
-
-// The number of CUDA devices this process would see: NVIDIA GPUs listed under /proc/driver/nvidia/gpus (or
-// /dev/nvidiaN), narrowed by CUDA_VISIBLE_DEVICES from the real environment. Never loads CUDA.
-int count_cuda_devices();
-
-// The pure part of count_cuda_devices: `physical` devices narrowed by a CUDA_VISIBLE_DEVICES value (nullopt =
-// unset). Like the CUDA runtime, the list is read up to its first invalid entry (a negative or out-of-range
-// index, a duplicate, garbage); GPU-/MIG- UUID entries count as one device each.
-int visible_cuda_devices(int physical, const std::optional<std::string>& cuda_visible_devices);
 
 }  // namespace ddprun::launcher

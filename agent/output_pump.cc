@@ -1,0 +1,157 @@
+#include "agent/output_pump.h"
+
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <limits.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+
+#include <spdlog/spdlog.h>
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;        // console lines are cut after this many bytes
+constexpr size_t kReadChunk = 64 * 1024;      // one read() from a worker's pipe
+constexpr size_t kReadPerTurn = 1024 * 1024;  // then let other handlers run
+
+// Writes all of [data, data+size) to fd; waits when fd is non-blocking and full. False on a write error.
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+    } else if (!(n < 0 && errno == EINTR)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+OutputPump::OutputPump(asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file)
+    : pipe_(io, pipe.release()), console_fd_(console_fd), prefix_(std::move(prefix)), file_(std::move(file)) {
+  pipe_.non_blocking(true);
+}
+
+void OutputPump::start() {
+  arm();
+}
+
+void OutputPump::drain_available() {
+  if (finished_) return;
+  int available = 0;
+  if (::ioctl(pipe_.native_handle(), FIONREAD, &available) != 0) available = 0;
+  size_t left = static_cast<size_t>(available);
+  while (left > 0 && !finished_) {
+    if (!read_once(std::min(left, kReadChunk), &left)) return;
+  }
+  if (!finished_) read_once(kReadChunk, nullptr);  // end of file already? (or new bytes: fine, in order)
+}
+
+void OutputPump::close() {
+  drain_available();
+  finish();
+}
+
+void OutputPump::arm() {
+  pipe_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](auto ec) {
+    if (!ec) self->on_readable();
+  });
+}
+
+void OutputPump::on_readable() {
+  // Edge-triggered readiness: read until EAGAIN before waiting again, or yield and come back.
+  size_t budget = kReadPerTurn;
+  while (!finished_) {
+    if (budget == 0) {
+      asio::post(pipe_.get_executor(), [self = shared_from_this()] { self->on_readable(); });
+      return;
+    }
+    if (!read_once(std::min(budget, kReadChunk), &budget)) break;  // EAGAIN or end of file
+  }
+  if (!finished_) arm();
+}
+
+bool OutputPump::read_once(size_t max, size_t* left) {
+  char buf[kReadChunk];
+  for (;;) {
+    const ssize_t n = ::read(pipe_.native_handle(), buf, std::min(max, sizeof buf));
+    if (n > 0) {
+      consume(buf, static_cast<size_t>(n));
+      if (left) *left -= std::min(*left, static_cast<size_t>(n));
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (!(n < 0 && errno == EAGAIN)) finish();
+    return false;
+  }
+}
+
+void OutputPump::consume(const char* data, size_t size) {
+  if (file_.get() >= 0 && !write_all(file_.get(), data, size)) {
+    spdlog::warn("cannot write a worker's log file: {}; its output is not saved from now on",
+                 strerror(errno));
+    file_.reset();
+  }
+  if (console_fd_ < 0) return;
+  pending_.append(data, size);
+  emit_lines(false);
+}
+
+void OutputPump::emit_lines(bool at_eof) {
+  std::string batch;
+  size_t pos = 0;
+  auto add = [&](size_t len, bool add_newline) {
+    const size_t piece = prefix_.size() + len + (add_newline ? 1 : 0);
+    if (!batch.empty() && batch.size() + piece > PIPE_BUF) flush(batch);
+    batch += prefix_;
+    batch.append(pending_, pos, len);
+    if (add_newline) batch += '\n';
+    pos += len;
+  };
+  while (pos < pending_.size()) {
+    const size_t nl = pending_.find('\n', pos);
+    if (nl != std::string::npos && nl - pos <= kMaxLine) {
+      add(nl + 1 - pos, false);
+    } else if (pending_.size() - pos > kMaxLine) {
+      add(kMaxLine, true);
+    } else if (at_eof) {
+      add(pending_.size() - pos, true);
+    } else {
+      break;
+    }
+  }
+  flush(batch);
+  pending_.erase(0, pos);
+}
+
+void OutputPump::flush(std::string& batch) {
+  if (!batch.empty()) write_all(console_fd_, batch.data(), batch.size());  // console errors: dropped
+  batch.clear();
+}
+
+void OutputPump::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (console_fd_ >= 0 && !pending_.empty()) emit_lines(true);
+  file_.reset();
+  boost::system::error_code ignored;
+  pipe_.close(ignored);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,67 @@
+// OutputPump: reads one stream (stdout or stderr) of a worker from the read end of a pipe, on an
+// io_context, and passes it on: every byte, unchanged, to a log file (tee), and whole lines, each with a
+// prefix, to a console fd. process_context.h says when a stream goes through a pump.
+//
+// Console lines are atomic: a write() never carries part of a line; consecutive whole lines are batched
+// into one write() of at most PIPE_BUF bytes (a longer line gets a write() of its own), so lines stay whole
+// even against other processes writing to the same console pipe. A line longer than 64 KiB is cut every
+// 64 KiB (each piece ends in '\n' and gets the prefix); a last line without '\n' is emitted, with '\n'
+// added, at end of stream.
+//
+// Ownership and lifetime: owns the pipe and the file (closed at end of file, on a read error, or by
+// close()); does not own the console fd. Create with std::make_shared: once start()ed, the pending read
+// handler holds the pump until the stream ends or io stops.
+// Threads: not thread-safe; construct, call and destroy on io's thread (or while io is not running).
+// Blocking: console and file writes are synchronous on io's thread (a full non-blocking fd is waited for
+// with poll); reads never block, and one turn of io reads at most 1 MiB before yielding to other handlers.
+// Errors: never throws after construction. A failed file write is logged once and the file dropped; console
+// write errors are ignored.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <memory>
+#include <string>
+
+#include "agent/unique_fd.h"
+
+namespace ddprun::agent {
+
+class OutputPump : public std::enable_shared_from_this<OutputPump> {
+ public:
+  // pipe: the read end (made non-blocking here); console_fd: -1 for none; file: -1 for none.
+  OutputPump(boost::asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file);
+
+  // Starts reading asynchronously on io.
+  void start();
+
+  // Consumes exactly the bytes in the pipe now (all a dead worker wrote), then looks for end of file.
+  void drain_available();
+
+  // Drains, flushes the partial last line and closes the pipe and the file.
+  void close();
+
+  // End of file, a read error or close() was seen: nothing more will be read.
+  bool finished() const { return finished_; }
+
+ private:
+  void arm();
+  void on_readable();
+  // One read() of at most `max` bytes. Subtracts what was read from *left. False on EAGAIN, end of file
+  // or error (the last two finish the pump).
+  bool read_once(size_t max, size_t* left);
+  void consume(const char* data, size_t size);
+  // Writes the whole lines of pending_ to the console (all of it, '\n' added, when at_eof).
+  void emit_lines(bool at_eof);
+  void flush(std::string& batch);
+  void finish();
+
+  boost::asio::posix::stream_descriptor pipe_;
+  const int console_fd_;  // -1: none
+  const std::string prefix_;
+  UniqueFd file_;        // -1: none
+  std::string pending_;  // the start of a line not yet complete
+  bool finished_ = false;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,30 @@
+// worker_launches: what the agent spawns in one round, one WorkerLaunch per local rank (argv, complete
+// environment, log files and console routing), from the agent's configuration and the rendezvous result.
+//
+// Per local rank: the environment contract of agent/worker_env.h (restart count = the round number, since
+// every round is a new attempt for the workers); stdout to its log file when the rank's output says so,
+// stderr always to its log file too (a failure report quotes its last lines); whole console lines when
+// more than one worker shares the console; the console prefix "[<node_tag>:<role><local_rank>]:" (no
+// "<node_tag>:" when the tag is empty) when prefix_console is set.
+//
+// Pure: touches no file or process. Thread-safe. Preconditions (broken ones are bugs, not user errors):
+// config.outputs, paths and ranks have one entry per local rank (config.worker_argv.size()).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/elastic_agent.h"
+#include "agent/log_layout.h"
+#include "agent/process_context.h"
+#include "rendezvous/rendezvous_handler.h"
+
+namespace ddprun::agent {
+
+// info: this node's round; paths: its log paths (index = local rank); ranks: global rank of each local
+// rank; run_id: the rendezvous run id (TORCHELASTIC_RUN_ID).
+std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv::RendezvousInfo& info,
+                                          const std::vector<WorkerLogPaths>& paths,
+                                          const std::vector<int>& ranks, const std::string& run_id);
+
+}  // namespace ddprun::agent

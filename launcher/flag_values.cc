@@ -1,0 +1,230 @@
+#include "launcher/flag_values.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "rendezvous/endpoint.h"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// The keys --rdzv_conf accepts (REFERENCE §2).
+// clang-format off
+const std::vector<std::string> kRdzvConfKeys = {
+    "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
+    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout"};
+// clang-format on
+
+// Signal names without "SIG", as --signals_to_handle takes them.
+const std::vector<std::pair<std::string, int>> kSignalNames = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},   {"TRAP", SIGTRAP},
+    {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},   {"KILL", SIGKILL}, {"USR1", SIGUSR1},
+    {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},   {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},   {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
+    {"TTOU", SIGTTOU}, {"URG", SIGURG},     {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+    {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+
+}  // namespace
+
+void fail_because(const Given& g, const std::string& reason) {
+  std::string msg = "ddprun: invalid " + g.flag + " value '" + g.text + "'";
+  if (!g.env.empty()) msg += " (from " + g.env + ")";
+  throw UsageError(msg + ": " + reason);
+}
+
+void fail(const Given& g, const std::string& expected) {
+  fail_because(g, "expected " + expected);
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t pos; (pos = s.find(sep, start)) != std::string::npos; start = pos + 1) {
+    parts.push_back(s.substr(start, pos - start));
+  }
+  parts.push_back(s.substr(start));
+  return parts;
+}
+
+std::optional<long long> to_int(const std::string& raw) {
+  std::string s = trim(raw);
+  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
+  if (i == s.size() || s.size() > 18) return std::nullopt;
+  for (size_t j = i; j < s.size(); ++j) {
+    if (!std::isdigit(static_cast<unsigned char>(s[j]))) return std::nullopt;
+  }
+  return std::stoll(s);
+}
+
+std::optional<double> to_double(const std::string& raw) {
+  std::string s = trim(raw);
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+int int_at_least(const Given& g, long long min) {
+  auto v = to_int(g.text);
+  if (!v || *v < min || *v > 1'000'000'000) fail(g, "an integer >= " + std::to_string(min));
+  return static_cast<int>(*v);
+}
+
+double seconds(const Given& g) {
+  auto v = to_double(g.text);
+  if (!v || *v < 0) fail(g, "a number of seconds >= 0");
+  return *v;
+}
+
+std::string one_of(const Given& g, const std::vector<std::string>& choices) {
+  for (const auto& c : choices) {
+    if (g.text == c) return c;
+  }
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  fail(g, "one of " + list);
+}
+
+std::pair<int, int> parse_nnodes(const Given& g) {
+  auto parts = split(g.text, ':');
+  std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
+  if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
+    fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
+  }
+  return {static_cast<int>(*lo), static_cast<int>(*hi)};
+}
+
+int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count) {
+  const std::string spec = trim(g.text);
+  auto cpus = [] { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); };
+  if (spec == "cpu") return cpus();
+  if (spec == "gpu") {
+    const int n = gpu_count();
+    if (n <= 0) {
+      throw UsageError("ddprun: --nproc_per_node=gpu but no CUDA device is visible" +
+                       (g.env.empty() ? std::string() : " (from " + g.env + ")"));
+    }
+    return n;
+  }
+  if (spec == "auto") {
+    const int n = gpu_count();
+    return n > 0 ? n : cpus();
+  }
+  auto v = to_int(g.text);
+  if (!v || *v < 1 || *v > 1'000'000) fail(g, "a positive integer, cpu, gpu or auto");
+  return static_cast<int>(*v);
+}
+
+std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
+  std::map<std::string, std::string> conf;
+  if (trim(g.text).empty()) return conf;
+  std::string valid;
+  for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
+  for (const auto& item : split(g.text, ',')) {
+    auto eq = item.find('=');
+    std::string key = trim(item.substr(0, eq));
+    if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
+      fail(g, "KEY=VALUE,... ('" + item + "' is not KEY=VALUE)");
+    }
+    std::string value = trim(item.substr(eq + 1));
+    if (std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) == kRdzvConfKeys.end()) {
+      fail(g, "keys among " + valid + " (unknown key '" + key + "')");
+    }
+    if (key == "is_host") {
+      std::string v;
+      for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
+        conf[key] = "true";
+      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
+        conf[key] = "false";
+      } else {
+        fail(g, "is_host to be a boolean (1/0, true/false, yes/no), not '" + value + "'");
+      }
+    } else {
+      auto n = to_int(value);
+      if (!n || *n <= 0) fail(g, key + " to be a positive integer (seconds or count), not '" + value + "'");
+      conf[key] = std::to_string(*n);
+    }
+  }
+  return conf;
+}
+
+std::string parse_rdzv_endpoint(const Given& g, bool c10d) {
+  const std::string endpoint = trim(g.text);
+  if (endpoint.empty()) return endpoint;
+  std::string err;
+  auto port = c10d ? std::optional<uint16_t>(29400) : std::nullopt;
+  if (!rdzv::parse_endpoint(endpoint, port, err)) {
+    std::string err_prefix = "invalid endpoint '" + endpoint + "': ";
+    if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
+    if (err.rfind("no port", 0) == 0) fail(g, "host:port (the static backend needs a port)");
+    fail_because(g, err);
+  }
+  return endpoint;
+}
+
+std::string parse_master_addr(const Given& g) {
+  std::string err;
+  if (rdzv::parse_endpoint(trim(g.text), std::nullopt, err))
+    fail(g, "a host without port (use --master_port)");
+  auto ep = rdzv::parse_endpoint(trim(g.text), 1, err);
+  if (!ep) fail(g, "a host name or address: " + err);
+  return ep->host;
+}
+
+uint16_t parse_master_port(const Given& g) {
+  auto p = rdzv::parse_port(trim(g.text));
+  if (!p) fail(g, "a port number in 0..65535");
+  return *p;
+}
+
+std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
+  if (trim(g.text).empty()) return std::nullopt;
+  std::set<int> ranks;
+  for (const auto& item : split(g.text, ',')) {
+    auto v = to_int(item);
+    if (!v || *v < 0 || *v > 1'000'000) fail(g, "local ranks >= 0, comma-separated, like 0,2");
+    ranks.insert(static_cast<int>(*v));
+  }
+  return ranks;
+}
+
+std::vector<int> parse_signals(const Given& g) {
+  std::vector<int> out;
+  for (const auto& raw : split(g.text, ',')) {
+    std::string name = trim(raw);
+    std::string upper;
+    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (upper.rfind("SIG", 0) == 0) upper = upper.substr(3);
+    int sig = 0;
+    if (auto n = to_int(name)) {
+      if (*n >= 1 && *n <= SIGRTMAX) sig = static_cast<int>(*n);
+    } else {
+      for (const auto& [n2, s] : kSignalNames) {
+        if (upper == n2) sig = s;
+      }
+    }
+    if (sig == 0)
+      fail(g, "signal names (SIGTERM, TERM) or numbers 1.." + std::to_string(SIGRTMAX) +
+                  ", comma-separated ('" + name + "' is not a signal)");
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      fail(g, "signals ddprun can forward ('" + name + "' cannot be caught or is used by ddprun itself)");
+    }
+    if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

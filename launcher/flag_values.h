@@ -1,0 +1,95 @@
+// Flag values: the parsers of single ddprun command-line values, one value each (a count, a node range, a
+// duration, a signal list, rdzv_conf's KEY=VALUE list, an endpoint...). The LaunchConfig parser
+// (launcher/launch_config.h) decides where a value comes from (flag, PET_ variable, Slurm, default) and
+// combines them; the functions here only judge one value.
+//
+// Every parser takes a Given (the text as the user wrote it and where it came from) and returns the value,
+// or throws UsageError whose what() is the whole user-facing message:
+//   "ddprun: invalid --flag value 'text' (from PET_FLAG): expected <what is expected>"
+// ("(from ...)" only when the value came from the environment). Nothing else is thrown.
+//
+// Pure: no processes, sockets or files, except parse_nproc_per_node (std::thread::hardware_concurrency and
+// the gpu_count it is given). Thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// A bad command line; what() is the whole user-facing message.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One value as the user gave it, and where it came from, so that messages can name it.
+struct Given {
+  std::string flag;  // canonical spelling, "--nnodes"
+  std::string text;  // the value
+  std::string env;   // "PET_NNODES" when it came from the environment, else ""
+};
+
+// Throws "ddprun: invalid --flag value 'v' (from PET_FLAG): <reason>".
+[[noreturn]] void fail_because(const Given& g, const std::string& reason);
+// fail_because(g, "expected " + expected).
+[[noreturn]] void fail(const Given& g, const std::string& expected);
+
+// ---- text helpers (never throw) ----
+
+// Without leading and trailing blanks (space, tab, newline).
+std::string trim(const std::string& s);
+// "a,,b" -> {"a", "", "b"}; "" -> {""}.
+std::vector<std::string> split(const std::string& s, char sep);
+// Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters.
+std::optional<long long> to_int(const std::string& raw);
+// A finite number as strtod reads it, surrounding blanks allowed.
+std::optional<double> to_double(const std::string& raw);
+
+// ---- one value each (throw UsageError) ----
+
+// An integer in min..1e9.
+int int_at_least(const Given& g, long long min);
+// A number of seconds >= 0 (fractions allowed).
+double seconds(const Given& g);
+// Exactly one of `choices` (case-sensitive); returns it.
+std::string one_of(const Given& g, const std::vector<std::string>& choices);
+
+// --nnodes: "N" or "MIN:MAX" with 1 <= MIN <= MAX <= 1e6. Returns {MIN, MAX} ({N, N} for "N").
+std::pair<int, int> parse_nnodes(const Given& g);
+
+// --nproc_per_node: a positive integer (<= 1e6), "cpu" (hardware threads, at least 1), "gpu" (gpu_count();
+// an error when it is 0) or "auto" (gpu_count() when > 0, else as "cpu"). gpu_count is called only for gpu
+// and auto and must not be empty.
+int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count);
+
+// --rdzv_conf: "KEY=VALUE,..." with keys among join_timeout, last_call_timeout, close_timeout,
+// heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, timeout; blank = no
+// entries. Values normalised: is_host "true"/"false" (from 1/0, true/false, t/f, yes/no, y/n, any case),
+// every other key a positive integer in plain decimal. A repeated key keeps its last value.
+std::map<std::string, std::string> parse_rdzv_conf(const Given& g);
+
+// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; "" (blank) = none. The static backend
+// (c10d false) needs the port; c10d defaults it to 29400. Returns the trimmed text as given.
+std::string parse_rdzv_endpoint(const Given& g, bool c10d);
+
+// --master_addr: a host name or address without a port; "[::1]" gives "::1".
+std::string parse_master_addr(const Given& g);
+// --master_port: a port number in 0..65535.
+uint16_t parse_master_port(const Given& g);
+
+// --local_ranks_filter: "0,2" (local ranks 0..1e6, comma-separated). nullopt for a blank value (no filter).
+std::optional<std::set<int>> parse_local_ranks_filter(const Given& g);
+
+// --signals_to_handle: names (SIGTERM, TERM, sigterm) or numbers 1..SIGRTMAX, comma-separated. Returns the
+// signal numbers in the order given, without duplicates. SIGKILL, SIGSTOP and SIGCHLD are refused.
+std::vector<int> parse_signals(const Given& g);
+
+}  // namespace ddprun::launcher
