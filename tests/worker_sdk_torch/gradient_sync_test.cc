@@ -285,6 +285,54 @@ TEST_CASE("a parameter unused on one rank gets the average of the others' gradie
   }
 }
 
+TEST_CASE("find_unused_parameters: a parameter no rank used keeps an undefined gradient", "[gradient_sync]") {
+  const bool find_unused = GENERATE(true, false);
+  CAPTURE(find_unused);
+  std::mutex mu;
+  std::vector<torch::Tensor> ga(3), gb(3), gc(3);
+  auto errors = run_ranks(3, [&](int rank, ProcessGroup& pg) {
+    auto a = torch::ones({3}, torch::kFloat64).requires_grad_();
+    auto b = torch::ones({2}, torch::kFloat64).requires_grad_();  // used by rank 2 only
+    auto c = torch::ones({4}, torch::kFloat64).requires_grad_();  // used by no rank
+    GradientSyncOptions o;
+    o.find_unused_parameters = find_unused;
+    GradientSynchronizer sync({a, b, c}, {}, pg, o);
+    for (int step = 0; step < 2; ++step) {  // the second step starts from the first one's gradients
+      auto loss = (a * (rank + 1.0)).sum();
+      if (rank == 2) loss = loss + (b * 6.0).sum();
+      loss.backward();
+    }
+    std::lock_guard lk(mu);
+    ga[rank] = a.grad().clone();
+    gb[rank] = b.grad().defined() ? b.grad().clone() : torch::Tensor();
+    gc[rank] = c.grad().defined() ? c.grad().clone() : torch::Tensor();
+  });
+  REQUIRE(all_empty(errors));
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    // Step 1 averages (1+2+3)/3 = 2; step 2 accumulates 2 + rank+1 locally, averaged: 2 + 2 = 4.
+    CHECK(torch::equal(ga[r], torch::full({3}, 4.0, torch::kFloat64)));
+    REQUIRE(gb[r].defined());
+    // Step 1: (0+0+6)/3 = 2 on every rank; step 2: (2+2+(2+6))/3 = 4.
+    CHECK(torch::equal(gb[r], torch::full({2}, 4.0, torch::kFloat64)));
+    if (find_unused) {
+      CHECK_FALSE(gc[r].defined());
+    } else {
+      REQUIRE(gc[r].defined());
+      CHECK(torch::equal(gc[r], torch::zeros({4}, torch::kFloat64)));
+    }
+  }
+}
+
+TEST_CASE("a sparse gradient is refused from backward and breaks the synchroniser", "[gradient_sync]") {
+  auto pg = make_single_process_group();
+  torch::nn::Embedding emb(torch::nn::EmbeddingOptions(10, 3).sparse(true));
+  GradientSynchronizer sync(*emb, *pg);
+  auto idx = torch::tensor({1, 2, 2}, torch::kLong);
+  CHECK_THROWS_WITH(emb->forward(idx).sum().backward(), Catch::Contains("sparse gradient"));
+  CHECK_THROWS_WITH(emb->forward(idx).sum().backward(), Catch::Contains("sparse gradient"));
+}
+
 TEST_CASE("float16 and bfloat16 parameters are averaged in their own buckets", "[gradient_sync]") {
   const int world = 3;
   std::mutex mu;

@@ -79,9 +79,11 @@ void save_checkpoint(const std::string& path, torch::nn::Sequential& model, torc
   std::filesystem::rename(tmp, path);
 }
 
-int64_t load_checkpoint(const std::string& path, torch::nn::Sequential& model, torch::optim::SGD& opt) {
+// Tensors are loaded onto `device` (rank 0 saved them from its own device, e.g. cuda:0).
+int64_t load_checkpoint(const std::string& path, torch::nn::Sequential& model, torch::optim::SGD& opt,
+                        const torch::Device& device) {
   torch::serialize::InputArchive archive, opt_archive;
-  archive.load_from(path);
+  archive.load_from(path, device);
   model->load(archive);
   archive.read("optimizer", opt_archive);
   opt.load(opt_archive);
@@ -147,7 +149,7 @@ int run(const Flags& f) {
     return 2;
   }
   if (have_ckpt) {
-    step = load_checkpoint(f.checkpoint, model, opt);
+    step = load_checkpoint(f.checkpoint, model, opt, device);
     if (ctx->is_main()) {
       std::printf("resumed from %s at step %lld (restart %d)\n", f.checkpoint.c_str(),
                   static_cast<long long>(step), ctx->restart_count());

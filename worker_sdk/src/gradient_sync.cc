@@ -9,6 +9,9 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
@@ -93,6 +96,8 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of, slot_of;  // parameter -> (bucket, position in the bucket)
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // CUDA parameters: an event recorded after the gradient's copy into its bucket (nullptr for CPU).
+  std::vector<std::unique_ptr<c10::Event>> copied;
   std::vector<uintptr_t> hook_keys;
   std::atomic<int> no_sync_depth{0};
   std::atomic<bool> detached{false};
@@ -130,14 +135,31 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
 
   // Copies parameter p's gradient (zeros when undefined) into its bucket slice and counts it in.
   void contribute(size_t p) {
-    {
+    try {
       at::NoGradGuard no_grad;
       const at::Tensor& g = params[p].grad();
+      if (g.defined() && g.layout() != c10::kStrided) {
+        throw std::invalid_argument("parameter " + std::to_string(p) +
+                                    " got a sparse gradient; GradientSynchronizer supports dense gradients "
+                                    "only (e.g. use torch::nn::Embedding without sparse=true)");
+      }
       if (g.defined()) {
         slice(p).copy_(g);
       } else {
         slice(p).zero_();
       }
+      if (copied[p]) {
+        const c10::Device device = params[p].device();
+        copied[p]->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lk(mu);
+      if (!error) {
+        error = std::make_exception_ptr(std::invalid_argument(std::string("GradientSynchronizer: ") +
+                                                              e.what() + " (synchroniser broken)"));
+      }
+      cv.notify_all();
+      std::rethrow_exception(error);
     }
     std::lock_guard lk(mu);
     Bucket& b = buckets[bucket_of[p]];
@@ -185,6 +207,7 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
       std::exception_ptr failure;
       const auto t0 = SteadyClock::now();
       try {
+        wait_for_copies(bucket);
         pg.all_reduce(bucket.flat.data_ptr(), static_cast<size_t>(bucket.flat.numel()), bucket.dtype,
                       ReduceOp::kAvg);
       } catch (const CollectiveError& e) {
@@ -203,11 +226,55 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
     }
   }
 
+  // CUDA buckets: the gradient copies ran on the autograd streams; NCCL runs on its own stream.
+  void wait_for_copies(const Bucket& bucket) const {
+    for (size_t p : bucket.params) {
+      if (!copied[p]) continue;
+      for (int spins = 0; !copied[p]->query(); ++spins) {
+        if (spins < 64) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+    }
+  }
+
   std::string describe_bucket(size_t b) const {
     const Bucket& bucket = buckets[b];
     return "gradient sync on rank " + std::to_string(pg.rank()) + ": all_reduce of bucket " +
            std::to_string(b) + "/" + std::to_string(buckets.size()) + " (" + mib(bucket.bytes) + " " +
            dtype_name(bucket.dtype) + ", " + std::to_string(bucket.params.size()) + " parameters) failed";
+  }
+
+  // find_unused_parameters: a byte per parameter, 1 when this rank produced a gradient for it in this
+  // backward or holds an accumulated one; the maximum over the ranks says whether any rank used it. Runs
+  // after every bucket completed (the group is free again); a failure breaks the synchroniser like a
+  // bucket's.
+  std::vector<char> find_used(const std::vector<size_t>& missing) {
+    at::Tensor used = at::ones({static_cast<int64_t>(params.size())}, at::TensorOptions().dtype(at::kByte));
+    for (size_t p : missing) {
+      if (!params[p].grad().defined()) used[static_cast<int64_t>(p)] = 0;
+    }
+    used = used.to(params.front().device());
+    try {
+      all_reduce(pg, used, ReduceOp::kMax);
+    } catch (const std::exception& e) {
+      const auto* ce = dynamic_cast<const CollectiveError*>(&e);
+      std::lock_guard lk(mu);
+      if (!error) {
+        error = std::make_exception_ptr(
+            CollectiveError("gradient sync on rank " + std::to_string(pg.rank()) +
+                                ": all_reduce of the used-parameter map failed: " + e.what(),
+                            ce ? ce->peer() : -1));
+      }
+      active = false;
+      std::rethrow_exception(error);
+    }
+    used = used.cpu();
+    std::vector<char> out(params.size());
+    for (size_t p = 0; p < params.size(); ++p) out[p] = used[static_cast<int64_t>(p)].item<uint8_t>() != 0;
+    return out;
   }
 
   // End of a synchronised backward: unused parameters count in, wait for every bucket, write back.
@@ -231,16 +298,23 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
     std::unique_lock lk(mu);
     const auto t0 = SteadyClock::now();
     // The process group's timeout bounds every all-reduce, so this wait ends.
-    cv.wait(lk, [&] { return completed == next_launch && (error || completed == buckets.size()); });
+    cv.wait(lk, [&] { return stop || (completed == next_launch && (error || completed == buckets.size())); });
     current.exposed_wait = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
+    if (stop && !error) {
+      error = std::make_exception_ptr(
+          std::logic_error("GradientSynchronizer: destroyed while a backward was being synchronised"));
+    }
     if (error) {
       active = false;
       std::rethrow_exception(error);
     }
     lk.unlock();
+    std::vector<char> used_anywhere;
+    if (options.find_unused_parameters) used_anywhere = find_used(missing);
     {
       at::NoGradGuard no_grad;
       for (size_t p = 0; p < params.size(); ++p) {
+        if (!used_anywhere.empty() && !used_anywhere[p]) continue;  // no rank used it: leave .grad() alone
         at::Tensor& g = params[p].mutable_grad();
         if (g.defined()) {
           g.copy_(slice(p));
@@ -379,6 +453,9 @@ GradientSynchronizer::GradientSynchronizer(std::vector<at::Tensor> parameters,
     s.buckets.push_back(std::move(b));
   }
   s.marked.assign(s.params.size(), 0);
+  for (const auto& t : s.params) {
+    s.copied.push_back(t.is_cuda() ? std::make_unique<c10::Event>(c10::DeviceType::CUDA) : nullptr);
+  }
 
   verify_same_model(pg, s.params);
   if (options.broadcast_parameters) {

@@ -5,10 +5,11 @@
 // The communicator is created non-blocking (ncclConfig_t::blocking = 0), so initialisation and every
 // collective can be given up on: nothing ever blocks inside NCCL or CUDA without a deadline.
 //
-// Streams: collectives run on the group's own stream, created *blocking* with respect to the legacy default
-// stream, so work the caller queued on the default stream (libtorch's default) finishes before a collective
-// reads the buffer. A program that computes on other streams must synchronise them before calling.
-// Every call is blocking: it returns once the collective has completed on the device.
+// Streams: collectives run on the group's own non-blocking stream, so they overlap with work the program
+// queues on its streams meanwhile (e.g. the rest of backward while a gradient bucket is all-reduced). The
+// caller must make sure the writes to a buffer are complete before passing it (synchronise the stream that
+// produced it; ddprun/tensor_ops.h and the GradientSynchronizer do this). Every call is blocking: it returns
+// once the collective has completed on the device, so the result may be used on any stream afterwards.
 //
 // Waiting: the calling thread polls the completion event, ncclCommGetAsyncError (peer loss, network
 // errors), the abort flag and the deadline (CUDA offers no waitable handle with a timeout). On an error or a
@@ -122,6 +123,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   const char* backend() const override { return "nccl"; }
+  int device_index() const override { return device_; }
   std::string describe() const override {
     return "nccl: cuda:" + std::to_string(device_) + ", " + std::to_string(size()) + " ranks, " +
            nccl_version_text();
@@ -171,7 +173,7 @@ class NcclProcessGroup final : public ProcessGroup {
     Deadline deadline(options_.timeout);
     check_cuda(cudaSetDevice(device_),
                "make_nccl_process_group: cudaSetDevice(" + std::to_string(device_) + ")");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "make_nccl_process_group: stream");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "make_nccl_process_group: stream");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "make_nccl_process_group: event");
     check_cuda(cudaMalloc(&barrier_buf_, sizeof(float)), "make_nccl_process_group: barrier buffer");
     check_cuda(cudaMemset(barrier_buf_, 0, sizeof(float)), "make_nccl_process_group: barrier buffer");

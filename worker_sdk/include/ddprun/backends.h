@@ -27,7 +27,9 @@ std::unique_ptr<ProcessGroup> make_cpu_process_group(rdzv::Store& store, const s
 
 // NCCL backend (built when DDPRUN_WITH_NCCL is on; otherwise throws std::runtime_error saying so): one
 // communicator on CUDA device `device`, ncclUniqueId exchanged through the store, its own CUDA stream,
-// async-error polling and ncclCommAbort on timeout or peer loss. Device buffers only.
+// async-error polling and ncclCommAbort on timeout or peer loss. Device buffers only, on `device`; the
+// writes that produced a buffer must be complete when a collective is called (the group's stream does not
+// wait for other streams).
 std::unique_ptr<ProcessGroup> make_nccl_process_group(rdzv::Store& store, const std::string& prefix, int rank,
                                                       int size, int device,
                                                       const ProcessGroupOptions& options = {});

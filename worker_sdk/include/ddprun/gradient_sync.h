@@ -19,7 +19,10 @@
 // finish() does the same explicitly and is a no-op when backward already did it.
 //
 // Parameters without a gradient in a backward (unused in forward) contribute their current .grad(), or
-// zeros when it is undefined, and receive the average like the others (as DDP's find_unused_parameters).
+// zeros when it is undefined, and receive the average like the others. With find_unused_parameters (as in
+// DDP) one more small all-reduce per backward finds the parameters no rank used: their .grad() is left as
+// it was (undefined stays undefined, so optimizers skip them). Without it such a parameter gets a zero
+// gradient, which momentum or weight decay still act on.
 // no_sync(): while the returned guard lives, backward only accumulates local gradients (gradient
 // accumulation); the next backward outside the guard averages the accumulated gradients.
 //
@@ -35,10 +38,16 @@
 // for another reason in the middle of a synchronised step also breaks it (the ranks' collective sequences
 // would diverge).
 //
+// CUDA: each gradient copy into a bucket is followed by an event on the current stream; the communication
+// thread waits for the events of a bucket before the all-reduce, so NCCL (on its own stream) never reads
+// a bucket before the copies are done, whatever streams the program uses.
 // Threads: the process group is used by the communication thread from the first gradient of a backward to
 // the end of that backward; the program may use the group itself outside that window (e.g. between steps).
 // Lifetime: the module's parameters and the process group must outlive the synchroniser; the destructor
-// stops the thread and detaches the hooks (a later backward no longer synchronises).
+// stops the thread and detaches the hooks (a later backward no longer synchronises). Do not destroy it
+// while a backward is running.
+// Not supported: sparse gradients (the backward that produces one fails with std::invalid_argument and the
+// synchroniser is broken).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -61,6 +70,9 @@ struct GradientSyncOptions {
   size_t first_bucket_cap_bytes = size_t{1}
                                   << 20;  // DDP's first bucket: small, so communication starts early
   bool broadcast_parameters = true;       // at construction: rank 0's parameters and buffers
+  // One extra all-reduce of a byte per parameter per backward, so parameters no rank used keep their
+  // .grad() untouched (DDP's find_unused_parameters=True). Off: they get zeros (see above).
+  bool find_unused_parameters = false;
 };
 
 // Per-backward numbers, for logs and benchmarks.

@@ -68,6 +68,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual const char* backend() const = 0;
+  // The CUDA device whose memory the collectives take (the NCCL backend); -1 for host memory.
+  virtual int device_index() const { return -1; }
   // How data moves, for logs and benchmarks, e.g. "cpu: shm(4)" or "cpu: shm(2) x tcp-ring(3 hosts)".
   virtual std::string describe() const { return backend(); }
 

@@ -4,8 +4,9 @@
 //   ddprun::sdk::broadcast(ctx->process_group(), weights, /*root=*/0);
 //
 // Tensors must be defined, contiguous, of a dtype ProcessGroup knows (float32/64, float16, bfloat16, int32,
-// int64, uint8) and on the backend's device (CPU tensors for the "cpu" backend, CUDA tensors for "nccl";
-// the single-process group takes either). A tensor that is not is refused with std::invalid_argument naming
+// int64, uint8) and on the backend's device (CPU tensors for the "cpu" backend, CUDA tensors on the group's
+// device for "nccl"; the single-process group takes either). For a CUDA tensor the current stream of its
+// device is synchronised first, so the kernels that produced it have finished before NCCL reads it. A tensor that is not is refused with std::invalid_argument naming
 // the operation and the offending property, before any communication, so every rank fails alike only if
 // every rank passes the same tensor. Collective failures are CollectiveError, as in process_group.h.
 // Blocking, and subject to the group's timeout, like the ProcessGroup calls they wrap.
@@ -22,6 +23,10 @@ DType to_dtype(c10::ScalarType type);
 
 // Throws std::invalid_argument when `t` cannot be passed to `pg` (see above); `op` names the caller.
 void check_tensor(const ProcessGroup& pg, const at::Tensor& t, const char* op);
+
+// For a CUDA tensor: blocks until the current stream of its device has finished the queued work (a no-op
+// for CPU tensors). The collectives below call it; call it before ProcessGroup calls on raw device memory.
+void wait_for_producers(const at::Tensor& t);
 
 // In place: every rank's `t` becomes the reduction over all ranks.
 void all_reduce(ProcessGroup& pg, at::Tensor& t, ReduceOp op = ReduceOp::kSum);
