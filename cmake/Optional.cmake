@@ -38,10 +38,21 @@ if(DDPRUN_WITH_CUDA_ENABLED AND NOT DDPRUN_WITH_NCCL STREQUAL "OFF")
   find_path(DDPRUN_NCCL_INCLUDE nccl.h HINTS ${DDPRUN_CUDA_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
   find_library(DDPRUN_NCCL_LIBRARY nccl HINTS ${DDPRUN_CUDA_ROOT}/lib64 ${DDPRUN_CUDA_ROOT}/lib)
   if(DDPRUN_NCCL_INCLUDE AND DDPRUN_NCCL_LIBRARY)
-    set(DDPRUN_NCCL_FOUND ON)
+    # The backend needs NCCL >= 2.14 (ncclCommInitRankConfig, non-blocking communicators, ncclGetLastError).
+    file(STRINGS ${DDPRUN_NCCL_INCLUDE}/nccl.h _nccl_version REGEX "^#define NCCL_(MAJOR|MINOR) +[0-9]+")
+    string(REGEX MATCH "NCCL_MAJOR +([0-9]+)" _m "${_nccl_version}")
+    set(_nccl_major ${CMAKE_MATCH_1})
+    string(REGEX MATCH "NCCL_MINOR +([0-9]+)" _m "${_nccl_version}")
+    set(_nccl_minor ${CMAKE_MATCH_1})
+    if("${_nccl_major}.${_nccl_minor}" VERSION_GREATER_EQUAL 2.14)
+      set(DDPRUN_NCCL_FOUND ON)
+    else()
+      message(STATUS "ddprun: ${DDPRUN_NCCL_INCLUDE}/nccl.h is NCCL ${_nccl_major}.${_nccl_minor}; "
+                     "the NCCL backend needs 2.14 or newer (set DDPRUN_CUDA_ROOT or DDPRUN_NCCL_INCLUDE)")
+    endif()
   endif()
 endif()
 ddprun_resolve_option(DDPRUN_WITH_NCCL DDPRUN_NCCL_FOUND)
 
 message(STATUS "ddprun: libtorch ${DDPRUN_WITH_TORCH_ENABLED}, CUDA ${DDPRUN_WITH_CUDA_ENABLED}, "
-               "NCCL ${DDPRUN_WITH_NCCL_ENABLED}")
+               "NCCL ${DDPRUN_WITH_NCCL_ENABLED} ${_nccl_major}.${_nccl_minor}")
