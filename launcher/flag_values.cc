@@ -227,4 +227,24 @@ std::vector<int> parse_signals(const Given& g) {
   return out;
 }
 
+RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf) {
+  auto get = [&conf](const char* key, double fallback) {
+    auto it = conf.find(key);
+    return it == conf.end() ? fallback : std::stod(it->second);
+  };
+  RdzvTimings t;
+  t.join_timeout = get("join_timeout", get("timeout", t.join_timeout));
+  t.last_call_timeout = get("last_call_timeout", t.last_call_timeout);
+  t.close_timeout = get("close_timeout", t.close_timeout);
+  t.keep_alive_interval = get("keep_alive_interval", t.keep_alive_interval);
+  t.read_timeout = get("read_timeout", t.read_timeout);
+  if (conf.count("keep_alive_max_attempt")) {
+    t.keep_alive_max_attempt = static_cast<int>(get("keep_alive_max_attempt", 3));
+  } else if (conf.count("heartbeat_timeout")) {
+    t.keep_alive_max_attempt =
+        std::max(1, static_cast<int>(std::ceil(get("heartbeat_timeout", 15) / t.keep_alive_interval)));
+  }
+  return t;
+}
+
 }  // namespace ddprun::launcher

@@ -76,6 +76,20 @@ int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count);
 // every other key a positive integer in plain decimal. A repeated key keeps its last value.
 std::map<std::string, std::string> parse_rdzv_conf(const Given& g);
 
+// The rendezvous timings a parsed --rdzv_conf gives, with torchrun's defaults and its aliases resolved:
+// heartbeat_timeout (given without keep_alive_max_attempt) sets keep_alive_max_attempt to
+// ceil(heartbeat_timeout / keep_alive_interval); "timeout" (torchrun's static backend's store timeout) is
+// join_timeout when that is not given. Seconds, except keep_alive_max_attempt (a count >= 1).
+struct RdzvTimings {
+  double join_timeout = 600;
+  double last_call_timeout = 30;
+  double close_timeout = 30;
+  double keep_alive_interval = 5;
+  int keep_alive_max_attempt = 3;
+  double read_timeout = 60;
+};
+RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf);
+
 // --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; "" (blank) = none. The static backend
 // (c10d false) needs the port; c10d defaults it to 29400. Returns the trimmed text as given.
 std::string parse_rdzv_endpoint(const Given& g, bool c10d);

@@ -6,23 +6,23 @@
 // (docs/cli.md): 0 success, 2 bad command line, 3 store cannot listen / lost, 4 rendezvous failed, 5 a worker
 // could not be started, else the first failing worker's exit code (128+N for signal N); under Slurm 75 when
 // SIGTERM/SIGUSR1/SIGUSR2 stopped the job.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
-#include <unistd.h>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "agent/elastic_agent.h"
 #include "agent/worker_env.h"
 #include "launcher/dry_run.h"
+#include "launcher/flag_values.h"
 #include "launcher/launch_config.h"
 #include "launcher/slurm_port.h"
-#include "rendezvous/endpoint.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/endpoint.h"
 #include "rendezvous/static_rendezvous.h"
 
 namespace {
@@ -37,13 +37,12 @@ std::string host_tag() {
   return h.substr(0, h.find('.')) + ":" + std::to_string(getpid());
 }
 
-bool has(Std value, Std bit) { return (static_cast<int>(value) & static_cast<int>(bit)) != 0; }
+bool has(Std value, Std bit) {
+  return (static_cast<int>(value) & static_cast<int>(bit)) != 0;
+}
 
-std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
-
-double conf_seconds(const LaunchConfig& c, const std::string& key, double fallback) {
-  auto it = c.rdzv_conf.find(key);
-  return it == c.rdzv_conf.end() ? fallback : std::stod(it->second);
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
 ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_needed) {
@@ -91,17 +90,19 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
     o.min_nodes = c.min_nodes;
     o.max_nodes = c.max_nodes;
     std::string error;
-    auto ep = ddprun::rdzv::parse_endpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, error);
+    auto ep =
+        ddprun::rdzv::parse_endpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, error);
     if (!ep) throw ddprun::rdzv::InvalidArgumentError(error);  // validated by the CLI layer already
     o.endpoint_host = ep->host;
     o.endpoint_port = ep->port;
     if (auto it = c.rdzv_conf.find("is_host"); it != c.rdzv_conf.end()) o.is_host = it->second == "true";
-    o.join_timeout = seconds(conf_seconds(c, "join_timeout", 600));
-    o.last_call_timeout = seconds(conf_seconds(c, "last_call_timeout", 30));
-    o.close_timeout = seconds(conf_seconds(c, "close_timeout", 30));
-    o.keep_alive_interval = seconds(conf_seconds(c, "keep_alive_interval", 5));
-    o.keep_alive_max_attempt = static_cast<int>(conf_seconds(c, "keep_alive_max_attempt", 3));
-    o.read_timeout = seconds(conf_seconds(c, "read_timeout", 60));
+    const auto t = ddprun::launcher::rdzv_timings(c.rdzv_conf);
+    o.join_timeout = seconds(t.join_timeout);
+    o.last_call_timeout = seconds(t.last_call_timeout);
+    o.close_timeout = seconds(t.close_timeout);
+    o.keep_alive_interval = seconds(t.keep_alive_interval);
+    o.keep_alive_max_attempt = t.keep_alive_max_attempt;
+    o.read_timeout = seconds(t.read_timeout);
     return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
   }
   ddprun::rdzv::StaticRendezvousOptions ro;
@@ -111,7 +112,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
   ro.master_addr = c.master_addr;
   ro.master_port = c.master_port;
   ro.host_store = c.node_rank == 0;
-  ro.join_timeout = seconds(conf_seconds(c, "join_timeout", 600));
+  ro.join_timeout = seconds(ddprun::launcher::rdzv_timings(c.rdzv_conf).join_timeout);
   ro.connect_timeout = ro.join_timeout;
   if (c.standalone) {
     ro.master_addr = "127.0.0.1";
@@ -140,7 +141,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const L
   if (s.hosts_store) {
     return ddprun::launcher::host_on_first_free_port(s.store_host, s.probe_ports, token, at).rendezvous;
   }
-  auto timeout = seconds(conf_seconds(c, "join_timeout", 600));
+  auto timeout = seconds(ddprun::launcher::rdzv_timings(c.rdzv_conf).join_timeout);
   return at(ddprun::launcher::find_step_store(s.store_host, s.probe_ports, token, timeout));
 }
 
@@ -179,7 +180,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   auto parsed = ddprun::launcher::parse_launch_config(args, ddprun::agent::current_environment(), {}, config);
   if (parsed.should_exit) {
-    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
+    (parsed.exit_code == 0 ? std::cout : std::cerr)
+        << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
     return parsed.exit_code;
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
@@ -189,11 +191,12 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   // Elastic node ranks are known only after the rendezvous: tag those agents by host and pid instead.
   std::string tag = config.is_elastic() && !config.standalone ? "ddprun " + host_tag()
-                    : config.max_nodes > 1                     ? "ddprun n" + std::to_string(config.node_rank)
-                                                               : "ddprun";
+                    : config.max_nodes > 1                    ? "ddprun n" + std::to_string(config.node_rank)
+                                                              : "ddprun";
   spdlog::set_pattern("[%H:%M:%S.%e] " + tag + " %l: %v");
 
-  bool temp_logs = config.redirects != ddprun::launcher::StdSpec{} || config.tee != ddprun::launcher::StdSpec{};
+  bool temp_logs =
+      config.redirects != ddprun::launcher::StdSpec{} || config.tee != ddprun::launcher::StdSpec{};
   auto agent_cfg = agent_config(config, temp_logs);
   if (config.dry_run) return print_plan(config, agent_cfg);
   if (agent_cfg.set_omp_threads) {
@@ -205,7 +208,8 @@ int main(int argc, char** argv) {
   try {
     rdzv = make_rendezvous_on_port(config);
   } catch (const ddprun::rdzv::BindError& e) {
-    spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node", e.what());
+    spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node",
+                  e.what());
     return ddprun::agent::kExitStoreFailed;
   } catch (const ddprun::rdzv::StoreError& e) {
     spdlog::error("{}", e.what());

@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import socket
+import time
 import unittest
 
 from ddprun_testlib import (AGENT_LOG_LINE, FAKE_WORKER, IntegrationTestCase, free_port, read_json_file,
@@ -294,6 +295,20 @@ class DryRunAndErrors(IntegrationTestCase):
                                     *self.fake("--dump-env", self.path("env_${local_rank}.json"))], WAIT)
         self.assertEqual(rc, 0, agent.describe())
         self.assertEqual(read_json_file(self.path("env_1.json"))["MASTER_PORT"], str(port))
+
+    def test_static_timeout_key_bounds_the_wait_for_the_store(self):
+        # torchrun's static backend reads rdzv_conf "timeout" as its store timeout: node 1 of 2 whose master
+        # never comes up must give up after about that long, exit 4 and name the endpoint.
+        port = free_port()
+        start = time.monotonic()
+        agent, rc = self.run_agent(["--nnodes", "2", "--node_rank", "1", "--master_addr", "127.0.0.1",
+                                    "--master_port", str(port), "--rdzv_conf", "timeout=3",
+                                    *self.fake("--pidfile", self.path("pid_${local_rank}"))], WAIT)
+        elapsed = time.monotonic() - start
+        self.assertEqual(rc, 4, agent.describe())
+        self.assertIn(f"127.0.0.1:{port}", agent.output())
+        self.assertLess(elapsed, 3 + 20, agent.describe())
+        self.assertEqual(glob.glob(self.path("pid_*")), [])
 
 
 if __name__ == "__main__":
