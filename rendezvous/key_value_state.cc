@@ -146,21 +146,32 @@ int64_t KeyValueState::queue_len(const std::string& key) const {
 
 std::optional<KeyValueState::HandleId> KeyValueState::wait(const std::vector<std::string>& keys,
                                                            ReadyFn on_ready) {
-  size_t missing = 0;
+  std::vector<std::string> missing;
   HandleId id = next_id_++;
   for (const auto& k : keys) {
     if (values_.count(k) || queues_.count(k)) continue;
-    ++missing;
+    missing.push_back(k);
     waiters_by_key_[k].push_back(id);
   }
-  if (missing == 0) return std::nullopt;
-  waiters_.emplace(id, Waiter{missing, std::move(on_ready)});
+  if (missing.empty()) return std::nullopt;
+  const size_t count = missing.size();
+  waiters_.emplace(id, Waiter{count, std::move(on_ready), std::move(missing)});
   return id;
 }
 
 bool KeyValueState::cancel_wait(HandleId id) {
-  // Entries in waiters_by_key_ are dropped lazily when their key is written.
-  return waiters_.erase(id) > 0;
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return false;
+  // Drop its entries at once: a client that waits on keys nobody writes and cancels (or disconnects) must
+  // not grow the index.
+  for (const auto& k : it->second.keys) {
+    auto by_key = waiters_by_key_.find(k);
+    if (by_key == waiters_by_key_.end()) continue;  // already taken by written() for this key
+    std::erase(by_key->second, id);
+    if (by_key->second.empty()) waiters_by_key_.erase(by_key);
+  }
+  waiters_.erase(it);
+  return true;
 }
 
 KeyValueState::HandleId KeyValueState::watch(const std::string& key, WatchFn fn) {

@@ -67,6 +67,8 @@ class KeyValueState {
   void unwatch(HandleId id);
 
   size_t pending_waits() const { return waiters_.size(); }
+  // Keys with at least one waiter entry (a cancelled wait leaves none behind).
+  size_t waited_keys() const { return waiters_by_key_.size(); }
   size_t watches() const { return watchers_.size(); }
   // Sum of key and value sizes, for stats and limits.
   size_t stored_bytes() const { return stored_bytes_; }
@@ -75,6 +77,7 @@ class KeyValueState {
   struct Waiter {
     size_t missing = 0;
     ReadyFn on_ready;
+    std::vector<std::string> keys;  // the keys it was entered under in waiters_by_key_
   };
   struct Watcher {
     std::string key;

@@ -1,13 +1,12 @@
 #include "rendezvous/store_server.h"
 
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+#include <spdlog/spdlog.h>
 
 #include <array>
 #include <boost/asio.hpp>
 #include <future>
 #include <unordered_set>
-
-#include <spdlog/spdlog.h>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/key_value_state.h"
@@ -25,7 +24,9 @@ constexpr size_t kScratchBytes = 256 * 1024;
 // Stop reading from a client while this much of its output waits behind a write in flight.
 constexpr size_t kPauseReadingAt = 4 * 1024 * 1024;
 
-std::string describe(const tcp::endpoint& ep) { return format_endpoint(ep.address().to_string(), ep.port()); }
+std::string describe(const tcp::endpoint& ep) {
+  return format_endpoint(ep.address().to_string(), ep.port());
+}
 
 }  // namespace
 
@@ -61,7 +62,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
         peer_(std::move(peer)),
         timer_(server_->io),
         session_(server_->state, server_->options.limits, server_->options.dialect,
-                 [this] { flush(); }) {}
+                 [this] { on_async_output(); }) {}
 
   void start() {
     socket_.set_option(tcp::no_delay(true));
@@ -165,6 +166,21 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     }
   }
 
+  // A wait completed or a watched key changed, while another client's request was being handled: send it,
+  // and drop this client if it lets such notifications pile up past the output limit (a watcher that never
+  // reads would otherwise hold every later write of its key in memory). The close is posted: this runs
+  // inside the state's notification loop, which must not see the connection vanish under it.
+  void on_async_output() {
+    flush();
+    if (closed_ || close_posted_) return;
+    const size_t queued = session_.output().size() + writing_.size();
+    if (queued <= server_->options.max_output_bytes) return;
+    close_posted_ = true;
+    asio::post(server_->io, [self = shared_from_this(), queued] {
+      self->close("not reading its notifications (" + std::to_string(queued) + " bytes queued)");
+    });
+  }
+
   void flush() {
     if (write_in_flight_ || closed_ || session_.output().empty()) return;
     write_in_flight_ = true;
@@ -193,6 +209,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   bool write_in_flight_ = false;
   bool timer_armed_ = false;
   bool closed_ = false;
+  bool close_posted_ = false;
 };
 
 void StoreServer::Impl::bind() {
@@ -289,7 +306,9 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
   impl_->accept();
 }
 
-StoreServer::~StoreServer() { stop(); }
+StoreServer::~StoreServer() {
+  stop();
+}
 
 uint16_t StoreServer::port() const {
   boost::system::error_code ec;

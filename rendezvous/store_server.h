@@ -5,8 +5,8 @@
 // a shared scratch buffer), which is how one server holds tens of thousands of them.
 //
 // Protection: a client that sends garbage, an unknown command, a length over the limits, a request that
-// does not complete within `request_timeout`, or that stops reading while its replies pile up past
-// `max_output_bytes`, is dropped with one log line; every other client keeps being served and no stored
+// does not complete within `request_timeout`, or that stops reading while its replies (or its wait and
+// watch notifications) pile up past `max_output_bytes`, is dropped with one log line; every other client keeps being served and no stored
 // data is lost. Connections beyond `max_connections` are closed at accept.
 //
 // Threads: construct, stop() and stats() on the io_context's thread (or before it runs). Use

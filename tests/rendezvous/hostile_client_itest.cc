@@ -372,4 +372,29 @@ TEST_CASE("Hostile client: a repeated WATCH_KEY of one key is registered once",
   f.require_healthy(4);
 }
 
+TEST_CASE("Hostile client: a watcher that never reads its notifications is dropped",
+          "[store][hostile][integration]") {
+  // Every SET of a watched key queues a notification carrying the old and the new value on the watcher's
+  // connection. One that never reads must be dropped at the output limit, not hold every write in memory.
+  StoreServerOptions options;
+  options.max_output_bytes = 2 << 20;
+  Fixture f(options);
+  RawSocket watcher(f.server.port(), 4096);
+  REQUIRE(watcher.send(encoded(Dialect::kLegacy, Request{.op = Op::kWatchKey, .keys = {"/w"}})));
+  REQUIRE(watcher.read(1) == std::string(1, static_cast<char>(WatchEvent::kCallbackRegistered)));
+
+  StoreClient setter("127.0.0.1", f.server.port(), client_options(Dialect::kLegacy));
+  const std::string value(256 * 1024, 'v');
+  int sets = 0;
+  for (; sets < 200 && f.server.stats().dropped == 0; ++sets) setter.set("w", value);
+  f.require_dropped(0);
+  CAPTURE(sets);
+  CHECK(sets < 200);  // dropped after about (2 MiB + socket buffers) / 512 KiB of notifications
+  REQUIRE(watcher.wait_closed());
+  setter.set("w", "small");  // the writer is still served
+  REQUIRE(setter.get("w") == "small");
+  REQUIRE(setter.delete_key("w"));
+  f.require_healthy();
+}
+
 }  // namespace ddprun::rdzv

@@ -227,6 +227,36 @@ TEST_CASE("cancel_wait", "[key_value_state]") {
   CHECK_FALSE(s.cancel_wait(12345));
 }
 
+TEST_CASE("cancelled waits leave nothing in the key index", "[key_value_state]") {
+  KeyValueState s;
+  int fired = 0;
+  // A client waiting over and over on keys nobody writes, cancelling each time (or disconnecting).
+  for (int i = 0; i < 1000; ++i) {
+    auto id = s.wait({"never/" + std::to_string(i), "shared", "shared"}, [&] { ++fired; });
+    REQUIRE(id.has_value());
+    REQUIRE(s.cancel_wait(*id));
+  }
+  CHECK(s.pending_waits() == 0);
+  CHECK(s.waited_keys() == 0);
+  // Partly satisfied, then cancelled: the written key's entries are gone, the other key's are dropped.
+  auto id = s.wait({"a", "b"}, [&] { ++fired; });
+  REQUIRE(id.has_value());
+  s.set("a", "1");
+  CHECK(s.waited_keys() == 1);
+  CHECK(s.cancel_wait(*id));
+  CHECK(s.waited_keys() == 0);
+  // Another waiter on the same key is untouched by a cancel.
+  auto keep = s.wait({"c"}, [&] { ++fired; });
+  auto drop = s.wait({"c"}, [&] { fired += 100; });
+  REQUIRE(keep.has_value());
+  REQUIRE(drop.has_value());
+  CHECK(s.cancel_wait(*drop));
+  CHECK(s.waited_keys() == 1);
+  s.set("c", "1");
+  CHECK(fired == 1);
+  CHECK(s.waited_keys() == 0);
+}
+
 TEST_CASE("several waiters on one key all fire", "[key_value_state]") {
   KeyValueState s;
   std::vector<int> order;
