@@ -94,4 +94,26 @@ if [[ $have_launcher == 1 ]]; then
     2>&1 | grep -E 'consumer ok|error' >&2
   [[ ${PIPESTATUS[0]} == 0 ]]
 fi
+
+if [[ $with_torch == 1 ]]; then
+  # The complete minimal example of docs/worker-sdk.md, kept as worker_sdk/examples/minimal: the files must
+  # be the ones the page shows, and must build against the installed package and train.
+  minimal=$repo/worker_sdk/examples/minimal
+  doc=$repo/docs/worker-sdk.md
+  block() { awk -v lang="$1" '$0 == "```" lang {on=1; next} on && $0 == "```" {exit} on {print}' "$doc"; }
+  diff <(block cmake) "$minimal/CMakeLists.txt" >&2 ||
+    { echo "docs/worker-sdk.md's CMakeLists.txt differs from $minimal/CMakeLists.txt" >&2; exit 1; }
+  diff <(block cpp) "$minimal/main.cc" >&2 ||
+    { echo "docs/worker-sdk.md's main.cc differs from $minimal/main.cc" >&2; exit 1; }
+  echo "== building the documented minimal example ($minimal)" >&2
+  cmake -S "$minimal" -B "$tmp/minimal" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+  cmake --build "$tmp/minimal" --parallel "$jobs"
+  "$tmp/minimal/train" | tee "$tmp/minimal.out" >&2
+  grep -q 'epoch 2 done' "$tmp/minimal.out"
+  if [[ $have_launcher == 1 ]]; then
+    timeout 180 "$build/launcher/ddprun" --standalone --nproc_per_node 2 --no_python "$tmp/minimal/train" \
+      >"$tmp/minimal-ddprun.out" 2>&1 || { cat "$tmp/minimal-ddprun.out" >&2; exit 1; }
+    grep -q 'epoch 2 done' "$tmp/minimal-ddprun.out"
+  fi
+fi
 echo "cmake package OK (libtorch layer: $with_torch)" >&2
