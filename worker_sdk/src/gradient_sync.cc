@@ -7,7 +7,6 @@
 #include "ddprun/gradient_sync.h"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <c10/core/Event.h>
@@ -20,14 +19,13 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_set>
 
 #include "ddprun/tensor_ops.h"
+#include "parameter_sets.h"
 
 namespace ddprun::sdk {
 namespace {
@@ -42,36 +40,6 @@ std::string mib(size_t bytes) {
 
 bool floating(c10::ScalarType t) {
   return t == c10::kFloat || t == c10::kDouble || t == c10::kHalf || t == c10::kBFloat16;
-}
-
-// (dtype, device) groups for buckets and coalesced broadcasts, in first-seen order of `order`.
-std::vector<std::vector<size_t>> group_by_kind(const std::vector<at::Tensor>& ts) {
-  std::map<std::string, size_t> slot;
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    std::string key = std::string(c10::toString(ts[i].scalar_type())) + "@" + ts[i].device().str();
-    auto [it, fresh] = slot.emplace(key, groups.size());
-    if (fresh) groups.emplace_back();
-    groups[it->second].push_back(i);
-  }
-  return groups;
-}
-
-// Copies root's tensors to every rank, one coalesced broadcast per (dtype, device).
-void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& ts, int root) {
-  at::NoGradGuard no_grad;
-  for (const auto& group : group_by_kind(ts)) {
-    std::vector<at::Tensor> flat;
-    for (size_t i : group) flat.push_back(ts[i].detach().reshape(-1));
-    at::Tensor buf = at::cat(flat);
-    broadcast(pg, buf, root);
-    int64_t off = 0;
-    for (size_t i : group) {
-      const int64_t n = ts[i].numel();
-      ts[i].detach().copy_(buf.narrow(0, off, n).view(ts[i].sizes()));
-      off += n;
-    }
-  }
 }
 
 struct Bucket {
@@ -335,45 +303,6 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
   }
 };
 
-namespace {
-
-std::vector<at::Tensor> unique_tensors(const std::vector<at::Tensor>& ts, bool trainable_only) {
-  std::unordered_set<const void*> seen;
-  std::vector<at::Tensor> out;
-  for (const auto& t : ts) {
-    if (!t.defined() || (trainable_only && !t.requires_grad())) continue;
-    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
-  }
-  return out;
-}
-
-// Every rank must have the same parameter list: compare a fingerprint of shapes and dtypes.
-void verify_same_model(ProcessGroup& pg, const std::vector<at::Tensor>& params) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  mix(params.size());
-  for (const auto& p : params) {
-    mix(static_cast<uint64_t>(p.scalar_type()));
-    mix(static_cast<uint64_t>(p.dim()));
-    for (int64_t d : p.sizes()) mix(static_cast<uint64_t>(d));
-  }
-  at::Tensor mine = at::empty({1}, at::TensorOptions().dtype(at::kLong));
-  mine.fill_(static_cast<int64_t>(h));
-  mine = mine.to(params.front().device());
-  at::Tensor all = all_gather(pg, mine).cpu();
-  for (int r = 0; r < pg.size(); ++r) {
-    if (all[r].item<int64_t>() != static_cast<int64_t>(h)) {
-      throw std::runtime_error("GradientSynchronizer: rank " + std::to_string(r) +
-                               " has different parameters (count, shapes or dtypes) than rank " +
-                               std::to_string(pg.rank()) + ": every rank must build the same model");
-    }
-  }
-}
-
-}  // namespace
-
 GradientSynchronizer::GradientSynchronizer(torch::nn::Module& module, ProcessGroup& pg,
                                            GradientSyncOptions options)
     : GradientSynchronizer(module.parameters(/*recurse=*/true), module.buffers(/*recurse=*/true), pg,
@@ -404,38 +333,11 @@ GradientSynchronizer::GradientSynchronizer(std::vector<at::Tensor> parameters,
     check_tensor(pg, probe, "GradientSynchronizer");  // device kind matches the backend
   }
 
-  // Buckets: walk the parameters in reverse; per (dtype, device) fill a bucket up to the current cap.
-  std::vector<size_t> reversed(s.params.size());
-  for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
-  struct Open {
-    std::vector<size_t> params;
-    size_t bytes = 0;
-    bool first = true;
-  };
-  std::vector<std::vector<size_t>> assignment;
-  std::map<std::string, Open> open;
-  for (size_t p : reversed) {
-    const at::Tensor& t = s.params[p];
-    Open& o = open[std::string(c10::toString(t.scalar_type())) + "@" + t.device().str()];
-    o.params.push_back(p);
-    o.bytes += static_cast<size_t>(t.numel()) * t.element_size();
-    if (o.bytes >= (o.first ? options.first_bucket_cap_bytes : options.bucket_cap_bytes)) {
-      assignment.push_back(std::move(o.params));
-      o.params.clear();
-      o.bytes = 0;
-      o.first = false;
-    }
-  }
-  for (auto& [key, o] : open) {
-    if (!o.params.empty()) assignment.push_back(std::move(o.params));
-  }
-  // Launch order: by the first parameter backward reaches (the highest index).
-  std::sort(assignment.begin(), assignment.end(),
-            [](const auto& a, const auto& b) { return a.front() > b.front(); });
-
+  // Buckets in DDP's layout and launch order (parameter_sets.h).
+  const auto assignment = assign_buckets(s.params, options.first_bucket_cap_bytes, options.bucket_cap_bytes);
   s.bucket_of.resize(s.params.size());
   s.slot_of.resize(s.params.size());
-  for (auto& members : assignment) {
+  for (const auto& members : assignment) {
     Bucket b;
     b.params = members;
     int64_t numel = 0;
