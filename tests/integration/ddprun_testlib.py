@@ -51,16 +51,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(predicate, timeout, what):
-    """Polls predicate() until it returns a truthy value (returned) or `timeout` seconds pass (AssertionError)."""
+def wait_until(predicate, timeout, what, describe=lambda: "", interval=0.02):
+    """Polls predicate() every `interval` s until it returns a truthy value (returned) or `timeout` seconds pass
+    (AssertionError naming `what`, followed by describe())."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{describe()}")
+        time.sleep(interval)
 
 
 def proc_stat(pid):

@@ -27,6 +27,8 @@ import time
 import unittest
 import uuid
 
+import ddprun_testlib
+
 PYTHON = "/usr/bin/python3"  # the interpreter with torch
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -78,15 +80,7 @@ def rounds_of(log):
 
 
 def wait_until(predicate, timeout, what, describe=lambda: ""):
-    """Polls predicate() until truthy (returned) or `timeout` s pass (AssertionError with describe())."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{describe()}")
-        time.sleep(0.1)
+    return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.1)
 
 
 class HostAgent:

@@ -24,11 +24,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 import unittest
+
+import ddprun_testlib
+from ddprun_testlib import free_port
 
 PYTHON = "/usr/bin/python3"  # the interpreter with torch
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,15 +66,7 @@ while True:
 
 
 def wait_until(predicate, timeout, what, describe=lambda: ""):
-    """Polls predicate() until truthy (returned) or `timeout` s pass (AssertionError with describe())."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{describe()}")
-        time.sleep(0.2)
+    return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.2)
 
 
 def slurm_env(**extra):
@@ -167,12 +160,6 @@ class HostlistAgainstScontrol(unittest.TestCase):
 def read(path):
     with open(path, errors="replace") as f:
         return f.read()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PeerSignals(unittest.TestCase):
