@@ -8,11 +8,7 @@
 // Without a visible CUDA device the GPU cases print "SKIPPED: no CUDA device" and only the refusal
 // is checked. Built when ddprun is built with NCCL.
 #include <cuda_runtime_api.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -25,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "child_processes.h"
 #include "ddprun/backends.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
@@ -32,8 +29,6 @@
 using namespace ddprun;
 using namespace ddprun::sdk;
 using namespace std::chrono_literals;
-
-extern char** environ;
 
 namespace {
 
@@ -121,93 +116,15 @@ const char* env_or_empty(const char* name) {
   return v ? v : "";
 }
 
-struct Child {
-  pid_t pid = -1;
-  int fd = -1;  // read end of its stdout+stderr
-  std::string output;
-  int exit_code = -1;  // 128+N for a signal
-};
+using ddprun::testing::Child;
 
-// Starts this binary running only the hidden rank test case, with `extra_env` added, in its own process
-// group (so the whole child can be killed).
+// Starts this binary running only the hidden rank test case, with `extra_env` added.
 Child spawn_rank(const std::vector<std::string>& extra_env) {
   char self[PATH_MAX];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
   REQUIRE(len > 0);
   self[len] = '\0';
-  int pipefd[2];
-  REQUIRE(::pipe2(pipefd, O_CLOEXEC) == 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<std::string> env;  // ours replace inherited ones of the same name (getenv finds the first)
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('=') + 1);
-    bool replaced = false;
-    for (const auto& x : extra_env) replaced = replaced || x.rfind(name, 0) == 0;
-    if (!replaced) env.push_back(entry);
-  }
-  env.insert(env.end(), extra_env.begin(), extra_env.end());
-  std::vector<std::string> argv = {self, "[nccl_pair_rank]"};
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  Child c;
-  const int rc = posix_spawn(&c.pid, self, &fa, &attr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(pipefd[1]);
-  if (rc != 0) ::close(pipefd[0]);
-  REQUIRE(rc == 0);
-  c.fd = pipefd[0];
-  return c;
-}
-
-// Collects the children's output until every one has closed it, then reaps them; SIGKILLs every child's
-// process group at the deadline. Nothing started here outlives the call.
-void wait_all(std::vector<Child>& children, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  bool killed = false;
-  for (;;) {
-    std::vector<pollfd> fds;
-    for (auto& c : children) {
-      if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
-    }
-    if (fds.empty()) break;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 && !killed) {
-      for (auto& c : children) ::kill(-c.pid, SIGKILL);
-      killed = true;
-      for (auto& c : children) c.output += "\n[test: killed after " + std::to_string(limit.count()) + " s]\n";
-    }
-    ::poll(fds.data(), fds.size(), killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    for (auto& c : children) {
-      if (c.fd < 0) continue;
-      char buf[4096];
-      const ssize_t k = ::read(c.fd, buf, sizeof buf);
-      if (k > 0) {
-        c.output.append(buf, static_cast<size_t>(k));
-      } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
-        ::close(c.fd);
-        c.fd = -1;
-      }
-    }
-  }
-  for (auto& c : children) {
-    int status = 0;
-    ::waitpid(c.pid, &status, 0);
-    ::kill(-c.pid, SIGKILL);  // anything left in its group
-    c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+  return ddprun::testing::spawn_child({self, "[nccl_pair_rank]"}, extra_env);
 }
 
 }  // namespace
@@ -225,7 +142,7 @@ TEST_CASE("NCCL between two processes on one GPU with a distinct NCCL_HOSTID eac
                     "NCCL_HOSTID=ddprun-nccl-pair-test-host-" + std::to_string(r),
                     "NCCL_SOCKET_IFNAME=lo"}));  // bootstrap and data over loopback only
   }
-  wait_all(children, std::chrono::seconds(240));
+  ddprun::testing::wait_children(children, std::chrono::seconds(240));
   for (int r = 0; r < 2; ++r)
     std::printf("--- rank %d (exit %d) ---\n%s", r, children[r].exit_code, children[r].output.c_str());
   INFO("rank 0 output:\n" << children[0].output << "\nrank 1 output:\n" << children[1].output);
