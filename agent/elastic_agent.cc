@@ -219,7 +219,8 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
       continue;
     }
     // The watcher of an earlier round may have reported after that round ended: not ours.
-    if ((e.kind == Event::Kind::kRoundStopped || e.kind == Event::Kind::kWatcherError) && e.round != round.info.round) {
+    if ((e.kind == Event::Kind::kRoundStopped || e.kind == Event::Kind::kWatcherError) &&
+        e.round != round.info.round) {
       continue;
     }
     switch (e.kind) {
@@ -260,15 +261,17 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
       case Event::Kind::kRoundStopped:
         if (!stop) stop = e.stop;
         if (stop->kind != RoundStop::Kind::kDone && stop->node_rank != node) {
-          spdlog::warn("round {} ended by {}: {}", round.info.round,
-                       stop->node_rank >= 0 ? "node " + std::to_string(stop->node_rank) : std::string("a new node"),
-                       stop->detail);
+          spdlog::warn(
+              "round {} ended by {}: {}", round.info.round,
+              stop->node_rank >= 0 ? "node " + std::to_string(stop->node_rank) : std::string("a new node"),
+              stop->detail);
         }
         barrier_deadline.reset();
         if (!stopping) {
           stopping = true;
           // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
-          begin_stop(shutdown_signal(*stop) ? shutdown_signal(*stop) : SIGTERM);
+          const int sig = shutdown_signal(*stop);
+          begin_stop(sig ? sig : SIGTERM);
         }
         break;
       case Event::Kind::kWatcherError:
@@ -300,8 +303,8 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         signal = e.signal;
         spdlog::warn("received {}: forwarding it to the workers (grace {} s)", signal_name(signal),
                      config_.shutdown_grace.count() / 1000.0);
-        publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
-                          signal_name(signal), 128 + signal});
+        publish(RoundStop{RoundStop::Kind::kShutdown, node,
+                          "node " + std::to_string(node) + " got " + signal_name(signal), 128 + signal});
         barrier_deadline.reset();
         stopping = true;
         begin_stop(signal);
@@ -329,7 +332,8 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
           return Outcome::kRejoin;
         }
         if (stop->kind == RoundStop::Kind::kShutdown) {
-          exit_code = shutdown_signal(*stop) ? signal_exit_code(shutdown_signal(*stop)) : stop->exit_code;
+          const int sig = shutdown_signal(*stop);
+          exit_code = sig ? signal_exit_code(sig) : stop->exit_code;
           ended_by_signal_ = true;
           return Outcome::kExit;
         }
@@ -351,9 +355,11 @@ int ElasticAgent::Loop::run() {
   std::signal(SIGPIPE, SIG_IGN);
   try {
     if (config_.log_dir.empty()) {
-      std::string tmpl = (std::filesystem::temp_directory_path() / ("ddprun-" + rdzv_->run_id() + "-XXXXXX")).string();
-      if (!mkdtemp(tmpl.data())) throw std::filesystem::filesystem_error("cannot create a temporary log directory",
-                                                                         tmpl, std::error_code(errno, std::generic_category()));
+      std::string tmpl =
+          (std::filesystem::temp_directory_path() / ("ddprun-" + rdzv_->run_id() + "-XXXXXX")).string();
+      if (!mkdtemp(tmpl.data()))
+        throw std::filesystem::filesystem_error("cannot create a temporary log directory", tmpl,
+                                                std::error_code(errno, std::generic_category()));
       layout_.emplace(tmpl);
       temp_log_dir_ = true;
     } else {
@@ -380,9 +386,10 @@ int ElasticAgent::Loop::run() {
       return kExitRendezvousFailed;
     }
     for (int lr = 0; lr < nproc; ++lr) round.ranks.push_back(round.info.base_rank + lr);
-    spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.info.round, round.info.group_rank,
-                 round.info.group_world_size, round.info.base_rank, round.info.base_rank + nproc - 1,
-                 round.info.world_size, round.info.store_host, round.info.store_port);
+    spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.info.round,
+                 round.info.group_rank, round.info.group_world_size, round.info.base_rank,
+                 round.info.base_rank + nproc - 1, round.info.world_size, round.info.store_host,
+                 round.info.store_port);
     try {
       round.paths = layout_->create_attempt(round.info.round, nproc);
     } catch (const std::filesystem::filesystem_error& e) {
@@ -402,11 +409,13 @@ int ElasticAgent::Loop::run() {
     if (!spawn_error.empty()) {
       spdlog::error("cannot start a worker: {}", spawn_error);
       try {
-        rdzv_->stop_round(RoundStop{RoundStop::Kind::kShutdown, round.info.group_rank, spawn_error, kExitSpawnFailed});
+        rdzv_->stop_round(
+            RoundStop{RoundStop::Kind::kShutdown, round.info.group_rank, spawn_error, kExitSpawnFailed});
       } catch (const rdzv::StoreError&) {
       }
       on_io([&] {
-        procs_->stop(SIGKILL, std::chrono::milliseconds(0), [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
+        procs_->stop(SIGKILL, std::chrono::milliseconds(0),
+                     [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
         return 0;
       });
       int ignored = 0;
@@ -440,6 +449,8 @@ ElasticAgent::ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::RendezvousH
 
 ElasticAgent::~ElasticAgent() = default;
 
-int ElasticAgent::run() { return loop_->run(); }
+int ElasticAgent::run() {
+  return loop_->run();
+}
 
 }  // namespace ddprun::agent

@@ -26,7 +26,6 @@ class OrphanGuard {
 
   void watch(pid_t pgid);
   void forget(pid_t pgid);
-  pid_t pid() const { return pid_; }
 
  private:
   void send(int op, pid_t pgid);

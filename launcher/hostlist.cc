@@ -7,12 +7,6 @@ namespace {
 
 constexpr size_t kMaxHosts = 1 << 20;  // refuse lists that would expand absurdly
 
-bool parse_uint(std::string_view s, unsigned long& v) {
-  if (s.empty() || s.size() > 18) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
 // "01-04,07" -> {"01","02","03","04","07"}.
 bool expand_ranges(std::string_view body, std::vector<std::string>& out, std::string& error) {
   size_t start = 0;
@@ -105,6 +99,12 @@ bool expand_one(std::string_view expr, std::vector<std::string>& out, std::strin
 }
 
 }  // namespace
+
+bool parse_uint(std::string_view s, unsigned long& v) {
+  if (s.empty() || s.size() > 18) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
 
 std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string& error) {
   std::vector<std::string> hosts;

@@ -1,7 +1,6 @@
 #include "launcher/slurm_env.h"
 
 #include <algorithm>
-#include <charconv>
 #include <numeric>
 #include <stdexcept>
 
@@ -28,14 +27,6 @@ std::optional<Var> first_of(const Env& env, std::initializer_list<const char*> n
     if (it != env.end() && !it->second.empty()) return Var{n, it->second};
   }
   return std::nullopt;
-}
-
-std::optional<uint64_t> to_u64(const std::string& s) {
-  uint64_t v = 0;
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 // An inconsistent or incomplete environment; what() is the whole message.
@@ -65,9 +56,11 @@ class Deriver {
   std::optional<std::pair<Var, int>> number(std::initializer_list<const char*> names) {
     auto v = first_of(env_, names);
     if (!v) return std::nullopt;
-    auto n = to_u64(v->value);
-    if (!n || *n > 1'000'000) fail(v->show() + " is not a number; is this environment really Slurm's?");
-    return std::make_pair(*v, static_cast<int>(*n));
+    unsigned long n = 0;
+    if (!parse_uint(v->value, n) || n > 1'000'000) {
+      fail(v->show() + " is not a number; is this environment really Slurm's?");
+    }
+    return std::make_pair(*v, static_cast<int>(n));
   }
 
   void derive() {
@@ -77,10 +70,10 @@ class Deriver {
           "SLURM_JOB_ID is not set: ddprun is not running inside a Slurm job (start it with srun, inside "
           "sbatch or salloc)");
     }
-    auto job_number = to_u64(job->value);
-    if (!job_number) fail(job->show() + " is not a job number");
+    unsigned long job_number = 0;
+    if (!parse_uint(job->value, job_number)) fail(job->show() + " is not a job number");
     s_.job_id = job->value;
-    s_.ports = slurm_port_candidates(*job_number);
+    s_.ports = slurm_port_candidates(job_number);
 
     auto step = first_of(env_, {"SLURM_STEP_ID", "SLURM_STEPID"});
     auto job_nodes = number({"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});

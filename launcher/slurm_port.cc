@@ -61,7 +61,7 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
       o.timeout = std::min(std::max(bound, milliseconds(2000)), left);
       try {
         rdzv::StoreClient client(host, ports[i], o);
-        if (!client.check({kSlurmStepKey})) client.wait({kSlurmStepKey}, o.timeout);
+        client.wait({kSlurmStepKey}, o.timeout);  // returns at once when the key is there
         std::string owner = client.get(kSlurmStepKey);
         if (owner == token) {
           spdlog::info("Slurm step {}: found the store on {}", token, rdzv::format_endpoint(host, ports[i]));

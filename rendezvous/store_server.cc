@@ -1,12 +1,13 @@
 #include "rendezvous/store_server.h"
 
-#include <spdlog/spdlog.h>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include <array>
 #include <boost/asio.hpp>
 #include <future>
 #include <unordered_set>
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <spdlog/spdlog.h>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/key_value_state.h"

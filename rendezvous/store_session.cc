@@ -98,18 +98,16 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kMultiGet: {
       // One request may name a large value many times: size the reply before building it.
       size_t reply = 0;
+      found_.clear();
       for (const auto& k : req.keys) {
-        const std::string* v = state_.get(k);
-        reply += sizeof(uint64_t) + (v ? v->size() : 0);
+        found_.push_back(state_.get(k));
+        reply += sizeof(uint64_t) + (found_.back() ? found_.back()->size() : 0);
       }
       if (reply > max_output - std::min(max_output, out_.size())) {
         return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
                std::to_string(max_output);
       }
-      for (const auto& k : req.keys) {
-        const std::string* v = state_.get(k);
-        w.bytes(v ? std::string_view(*v) : std::string_view());
-      }
+      for (const std::string* v : found_) w.bytes(v ? std::string_view(*v) : std::string_view());
       break;
     }
     case Op::kMultiSet:
@@ -145,8 +143,7 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
       if (watches_.count(req.keys[0])) break;
       auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
-                                                  const std::string* old_value,
-                                                  const std::string* new_value) {
+                                                 const std::string* old_value, const std::string* new_value) {
         WireWriter ww(out_);
         ww.u8(static_cast<uint8_t>(event));
         ww.bytes(key);

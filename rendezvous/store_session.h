@@ -33,9 +33,9 @@ class StoreSession {
   StoreSession& operator=(const StoreSession&) = delete;
 
   struct ConsumeResult {
-    size_t consumed = 0;      // bytes of input used by whole requests; the rest must be kept for later
-    size_t requests = 0;      // how many requests were handled
-    std::string error;        // non-empty: the client is broken and must be dropped (message says why)
+    size_t consumed = 0;  // bytes of input used by whole requests; the rest must be kept for later
+    size_t requests = 0;  // how many requests were handled
+    std::string error;    // non-empty: the client is broken and must be dropped (message says why)
   };
   // Handles every whole request at the front of `input`. `max_output`: the most reply bytes output() may
   // hold; past it the client is broken (error set) and the remaining requests are not handled, so that a
@@ -57,7 +57,8 @@ class StoreSession {
   std::function<void()> on_async_output_;
   std::string out_;
   Request scratch_;
-  std::vector<KeyValueState::HandleId> waits_;    // pending WAITs, oldest first
+  std::vector<const std::string*> found_;       // MULTI_GET: each key's value (nullptr: missing), reused
+  std::vector<KeyValueState::HandleId> waits_;  // pending WAITs, oldest first
   std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
 };
 

@@ -44,4 +44,8 @@ int AbortSignal::peer() const {
   return peer_;
 }
 
+void AbortSignal::throw_if_raised() const {
+  if (raised()) throw CollectiveError("aborted: " + reason(), peer());
+}
+
 }  // namespace ddprun::sdk

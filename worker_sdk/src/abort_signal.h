@@ -9,6 +9,8 @@
 #include <mutex>
 #include <string>
 
+#include "ddprun/process_group.h"
+
 namespace ddprun::sdk {
 
 class AbortSignal {
@@ -24,6 +26,8 @@ class AbortSignal {
   int fd() const { return read_fd_; }  // readable once raised
   std::string reason() const;
   int peer() const;
+  // Throws CollectiveError("aborted: <reason>", peer()) once raised.
+  void throw_if_raised() const;
 
  private:
   std::atomic<bool> raised_{false};

@@ -8,17 +8,12 @@
 #include <stdexcept>
 
 #include "ddprun/backends.h"
+#include "fnv1a.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_error.h"
 
 namespace ddprun::sdk {
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 std::string advertise_address(const ProcessGroupOptions& options) {
   if (!options.advertise_address.empty()) return options.advertise_address;

@@ -64,7 +64,6 @@ class CpuProcessGroup final : public ProcessGroup {
   std::unique_ptr<TcpListener> listener_;
   std::unique_ptr<ShmCollectives> shm_;
   std::unique_ptr<TcpRing> ring_;
-  std::vector<std::byte> scratch_;
 };
 
 }  // namespace ddprun::sdk

@@ -221,8 +221,9 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
   // bucket's.
   std::vector<char> find_used(const std::vector<size_t>& missing) {
     at::Tensor used = at::ones({static_cast<int64_t>(params.size())}, at::TensorOptions().dtype(at::kByte));
+    uint8_t* flags = used.data_ptr<uint8_t>();
     for (size_t p : missing) {
-      if (!params[p].grad().defined()) used[static_cast<int64_t>(p)] = 0;
+      if (!params[p].grad().defined()) flags[p] = 0;
     }
     used = used.to(params.front().device());
     try {
@@ -240,9 +241,8 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
       std::rethrow_exception(error);
     }
     used = used.cpu();
-    std::vector<char> out(params.size());
-    for (size_t p = 0; p < params.size(); ++p) out[p] = used[static_cast<int64_t>(p)].item<uint8_t>() != 0;
-    return out;
+    const uint8_t* any = used.data_ptr<uint8_t>();
+    return std::vector<char>(any, any + params.size());
   }
 
   // End of a synchronised backward: unused parameters count in, wait for every bucket, write back.

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "ddprun/tensor_ops.h"
+#include "fnv1a.h"
 
 namespace ddprun::sdk {
 
@@ -55,10 +56,10 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& t
 }
 
 void verify_same_model(ProcessGroup& pg, const std::vector<at::Tensor>& params) {
-  // FNV-1a over the count, dtypes and shapes.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  // A fingerprint of the count, dtypes and shapes: FNV-1a over their little-endian 64-bit values.
+  std::string bytes;
+  auto mix = [&bytes](uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   };
   mix(params.size());
   for (const auto& p : params) {
@@ -66,6 +67,7 @@ void verify_same_model(ProcessGroup& pg, const std::vector<at::Tensor>& params) 
     mix(static_cast<uint64_t>(p.dim()));
     for (int64_t d : p.sizes()) mix(static_cast<uint64_t>(d));
   }
+  const uint64_t h = fnv1a(bytes);
   at::Tensor mine = at::empty({1}, at::TensorOptions().dtype(at::kLong));
   mine.fill_(static_cast<int64_t>(h));
   mine = mine.to(params.front().device());

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "fnv1a.h"
 #include "reduce_kernels.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_error.h"
@@ -64,12 +65,6 @@ void copy_cached(std::byte* dst, const std::byte* src, size_t n) {
   std::memcpy(dst, src, n);
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 std::string segment_name(const std::string& key) {
   static std::atomic<unsigned> serial{0};
   char buf[96];
@@ -100,6 +95,7 @@ ShmCollectives::ShmCollectives(rdzv::Store& store, const std::string& key, std::
       me_(me),
       abort_(abort),
       layout_(n_, slot_bytes) {
+  srcs_.assign(static_cast<size_t>(n_), nullptr);
   cpu_set_t cpus;
   if (::sched_getaffinity(0, sizeof cpus, &cpus) == 0) oversubscribed_ = n_ > CPU_COUNT(&cpus);
   if (me_ == 0) {
@@ -189,7 +185,7 @@ int ShmCollectives::behind(std::atomic<uint64_t> ShmLayout::RankSync::*field, ui
 }
 
 void ShmCollectives::check_failures(int blamed_local, bool check_pids) {
-  if (abort_.raised()) throw CollectiveError("aborted: " + abort_.reason(), abort_.peer());
+  abort_.throw_if_raised();
   uint64_t word = header().abort_word.load(std::memory_order_acquire);
   if (word != 0) {
     int reporter = static_cast<int>(word >> 32) - 1;
@@ -263,7 +259,7 @@ void ShmCollectives::wait_attached(const Deadline& deadline) {
   long sleep_ns = 1000;
   auto& h = header();
   while (h.attached.load(std::memory_order_acquire) < static_cast<uint32_t>(n_)) {
-    if (abort_.raised()) throw CollectiveError("aborted: " + abort_.reason(), abort_.peer());
+    abort_.throw_if_raised();
     if (deadline.expired()) {
       int missing = 1;
       while (missing < n_ - 1 && pid(missing).load(std::memory_order_relaxed) != 0) ++missing;
@@ -285,7 +281,7 @@ void ShmCollectives::all_reduce(void* data, size_t count, DType dtype, ReduceOp 
   const size_t bytes = count * es;
   if (bytes == 0) return;
   auto* buf = static_cast<std::byte*>(data);
-  std::vector<const void*> srcs(n_);
+  std::vector<const void*>& srcs = srcs_;
 
   if (bytes <= ShmLayout::kSmallBytes) {
     const int p = small_parity_;
@@ -325,7 +321,7 @@ void ShmCollectives::large_all_reduce(std::byte* buf, size_t count, DType dtype,
   auto can_reduce = [&] { return red < in && all_at_least(&RS::in_done, red + 1); };
   auto can_copy_in = [&] { return in < end && (in < kSets || all_at_least(&RS::out_done, in + 1 - kSets)); };
   auto can_copy_out = [&] { return out < red && all_at_least(&RS::red_done, out + 1); };
-  std::vector<const void*> srcs(n_);
+  std::vector<const void*>& srcs = srcs_;
   while (out < end) {
     if (can_reduce()) {
       // My part never goes through my slot: it is reduced in place in my buffer (one of the sources), then

@@ -56,9 +56,6 @@ class ShmCollectives {
   ShmCollectives(const ShmCollectives&) = delete;
   ShmCollectives& operator=(const ShmCollectives&) = delete;
 
-  int size() const { return n_; }
-  int local_index() const { return me_; }
-
   // In place; kAvg reduces as kSum and divides by `divisor` before the final rounding. copy_out=false:
   // only valid for the large path's result, this rank's buffer is left unspecified (it will be broadcast).
   void all_reduce(void* data, size_t count, DType dtype, ReduceOp op, int divisor, bool copy_out,
@@ -97,6 +94,7 @@ class ShmCollectives {
   std::vector<int> ranks_;
   int n_;
   int me_;
+  std::vector<const void*> srcs_;  // reduction sources, sized n_ once (no allocation per call)
   AbortSignal& abort_;
   ShmLayout layout_;
   std::unique_ptr<ShmSegment> segment_;

@@ -56,7 +56,7 @@ void TcpRing::shutdown() {
 
 void TcpRing::fail_io(bool sending, int err) {
   const int peer = sending ? next_rank() : prev_rank();
-  if (abort_.raised()) throw CollectiveError("aborted: " + abort_.reason(), abort_.peer());
+  abort_.throw_if_raised();
   const std::string side = std::string(" (TCP ring, ") + (sending ? "sending to" : "receiving from") + " it)";
   if (err == 0) throw CollectiveError("rank " + std::to_string(peer) + " closed the connection" + side, peer);
   throw CollectiveError(
@@ -82,7 +82,7 @@ void TcpRing::run(std::byte* buf, const std::vector<Step>& steps, DType dtype, R
       r_got = 0;
     }
     if (s_step == nsteps && r_step == nsteps) return;
-    if (abort_.raised()) throw CollectiveError("aborted: " + abort_.reason(), abort_.peer());
+    abort_.throw_if_raised();
 
     bool progress = false, want_send = false, want_recv = false, gated = false;
     size_t recv_need = 0;  // bytes that make the receive side progress (a segment, or the step's rest)

@@ -45,7 +45,7 @@ bool wait_fd(int fd, short events, const AbortSignal& abort, const Deadline& dea
     int rc = ::poll(p, 2, std::max(deadline.remaining_ms(), 0));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) sys_fail("poll");
-    if (abort.raised()) throw CollectiveError("aborted: " + abort.reason(), abort.peer());
+    abort.throw_if_raised();
     return rc > 0 || !deadline.expired();
   }
 }
