@@ -73,8 +73,9 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
         }
         seen[i] = "store of step " + owner;
       } catch (const rdzv::StoreError& e) {
-        seen[i] = e.what();
         spdlog::debug("port {} on {}: {}", ports[i], host, e.what());
+        // A probe cut short by the overall deadline says nothing new: keep what an earlier one found.
+        if (seen[i].empty() || Clock::now() < deadline) seen[i] = e.what();
       }
     }
     if (sweep == 0)
