@@ -181,6 +181,7 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
       values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
                        std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world));
     }
+    keys_.open_worker_keyspace(*store_, r);
     store_->multi_set(keys, values);
     store_->set(key("round"), std::to_string(r));
     spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", options_.run_id, r, count, world);

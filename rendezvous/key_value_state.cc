@@ -132,11 +132,56 @@ std::optional<std::string> KeyValueState::queue_pop(const std::string& key) {
   return v;
 }
 
-std::vector<std::string> KeyValueState::list_keys() const {
+std::vector<std::string> KeyValueState::list_keys() const { return list_keys({}); }
+
+std::vector<std::string> KeyValueState::list_keys(std::string_view prefix) const {
   std::vector<std::string> keys;
-  keys.reserve(values_.size());
-  for (const auto& [k, v] : values_) keys.push_back(k);
+  if (prefix.empty()) keys.reserve(values_.size());
+  for (const auto& [k, v] : values_) {
+    if (k.starts_with(prefix)) keys.push_back(k);
+  }
   return keys;
+}
+
+std::string KeyValueState::current_keyspace_prefix() const {
+  const std::string* name = get(std::string(kWorkerKeyspaceKey));
+  return name ? std::string(kAgentNamespace) + "ws/" + *name + "/" : std::string();
+}
+
+std::string KeyValueState::bind_keyspace() {
+  std::string prefix = current_keyspace_prefix();
+  if (!prefix.empty()) ++keyspace_refs_[prefix];
+  return prefix;
+}
+
+void KeyValueState::unbind_keyspace(const std::string& prefix) {
+  auto it = keyspace_refs_.find(prefix);
+  if (it == keyspace_refs_.end() || it->second == 0) return;
+  if (--it->second == 0) collect_keyspaces();
+}
+
+void KeyValueState::collect_keyspaces() {
+  const std::string current = current_keyspace_prefix();
+  for (auto it = keyspace_refs_.begin(); it != keyspace_refs_.end();) {
+    if (it->second > 0 || it->first == current) {
+      ++it;
+      continue;
+    }
+    // Nobody bound to it can be waiting or watching: erase its data without notifications.
+    const std::string& prefix = it->first;
+    std::erase_if(values_, [&](const auto& kv) {
+      if (!kv.first.starts_with(prefix)) return false;
+      stored_bytes_ -= kv.first.size() + kv.second.size();
+      return true;
+    });
+    std::erase_if(queues_, [&](const auto& kq) {
+      if (!kq.first.starts_with(prefix)) return false;
+      stored_bytes_ -= kq.first.size();
+      for (const auto& v : kq.second) stored_bytes_ -= v.size();
+      return true;
+    });
+    it = keyspace_refs_.erase(it);
+  }
 }
 
 int64_t KeyValueState::queue_len(const std::string& key) const {
@@ -194,6 +239,7 @@ void KeyValueState::unwatch(HandleId id) {
 
 void KeyValueState::written(const std::string& key, WatchEvent event, const std::string* old_value,
                             const std::string* new_value, bool wake_one) {
+  if (key == kWorkerKeyspaceKey) collect_keyspaces();
   if (auto it = waiters_by_key_.find(key); it != waiters_by_key_.end()) {
     std::vector<HandleId> ids = std::move(it->second);
     waiters_by_key_.erase(it);

@@ -12,6 +12,13 @@
 //    change, returns expected; present -> replace only when equal to expected; returns the current value.
 //  - A waiter fires once, when each of its keys has been written once since it registered (TCPStore counts
 //    writes, not presence, so a key deleted after being written still counts).
+//
+// Worker keyspaces (docs/rendezvous.md, "A clean keyspace for every attempt"): the agents' keys live under
+// "ddprun/"; every other key belongs to the workers. When a round completes, an agent writes the round's
+// keyspace name to kWorkerKeyspaceKey. A session binds to the keyspace that is current when it first names a
+// worker key, and from then on its worker keys are stored under that keyspace's prefix, so the workers of
+// one attempt never see a key of an earlier attempt, even from a straggler still running. A keyspace's keys
+// are erased once it is neither current nor bound by any session.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +73,17 @@ class KeyValueState {
   HandleId watch(const std::string& key, WatchFn fn);
   void unwatch(HandleId id);
 
+  // The key whose value names the current worker keyspace, and the agents' namespace that is never scoped.
+  static constexpr std::string_view kWorkerKeyspaceKey = "ddprun/worker_keyspace";
+  static constexpr std::string_view kAgentNamespace = "ddprun/";
+  // Binds a session to the current keyspace; returns the prefix its worker keys get ("" when no keyspace
+  // was ever set: a plain store). Every bind is paired with one unbind_keyspace(prefix) (the session's end).
+  std::string bind_keyspace();
+  void unbind_keyspace(const std::string& prefix);
+  // Keys stored under `prefix` (for a scoped session's GETNUMKEYS and LIST_KEYS).
+  std::vector<std::string> list_keys(std::string_view prefix) const;
+  size_t keyspaces() const { return keyspace_refs_.size(); }
+
   size_t pending_waits() const { return waiters_.size(); }
   // Keys with at least one waiter entry (a cancelled wait leaves none behind).
   size_t waited_keys() const { return waiters_by_key_.size(); }
@@ -91,6 +109,9 @@ class KeyValueState {
   void notify_watchers(const std::string& key, WatchEvent event, const std::string* old_value,
                        const std::string* new_value);
   void store(const std::string& key, std::string value);
+  // Erases the keys and queues of every keyspace that is neither current nor bound.
+  void collect_keyspaces();
+  std::string current_keyspace_prefix() const;
 
   std::unordered_map<std::string, std::string> values_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
@@ -98,6 +119,7 @@ class KeyValueState {
   std::unordered_map<std::string, std::vector<HandleId>> waiters_by_key_;
   std::unordered_map<HandleId, Watcher> watchers_;
   std::unordered_map<std::string, std::vector<HandleId>> watchers_by_key_;
+  std::unordered_map<std::string, size_t> keyspace_refs_;  // prefix -> sessions bound to it
   HandleId next_id_ = 1;
   size_t stored_bytes_ = 0;
 };

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "rendezvous/key_value_state.h"
+
 namespace ddprun::rdzv {
 
 RoundStop RoundKeys::stop(Store& store, int round, const RoundStop& stop) const {
@@ -19,6 +21,10 @@ std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round, std::c
     return std::nullopt;
   }
   return decode_round_stop(store.get(k));
+}
+
+void RoundKeys::open_worker_keyspace(Store& store, int round) const {
+  store.set(std::string(KeyValueState::kWorkerKeyspaceKey), run_id_ + "/r" + std::to_string(round));
 }
 
 void RoundKeys::done(Store& store, int round, int nodes, int node_rank) const {

@@ -4,6 +4,8 @@
 //   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
 //   r<round>/left      ADD counter of nodes leaving; the last one sets r<round>/left_all
 //   closed             the job is over: late agents must exit
+// and, outside the run's namespace, "ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which the
+// node completing a round opens before any node can start that round's workers.
 // Stateless apart from the run id; every method is one to three store requests and may throw StoreError.
 #pragma once
 
@@ -31,6 +33,9 @@ class RoundKeys {
   // Counts this node done; the last of `nodes` stops the round as kDone.
   void done(Store& store, int round, int nodes, int node_rank) const;
   void set_closed(Store& store) const { store.set(key("closed"), "1"); }
+  // Gives the workers of `round` a keyspace of their own: no key of an earlier attempt is visible to them.
+  // Must be called before the round's completion is published (its workers start after that).
+  void open_worker_keyspace(Store& store, int round) const;
   bool is_closed(Store& store) const { return store.check({key("closed")}); }
   // Counts this node out of the round; the store host (`wait`) then waits up to 10 s until every node has
   // left, so that nobody loses the store in the middle of reading the round's end. Never throws.

@@ -102,7 +102,10 @@ RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
   }
   store_->set(round_key(r, "lws/" + std::to_string(options_.node_rank)), std::to_string(local_world_size));
   int64_t joined = store_->add(round_key(r, "joined"), 1);
-  if (joined == n) store_->set(round_key(r, "complete"), "1");
+  if (joined == n) {
+    keys_.open_worker_keyspace(*store_, r);
+    store_->set(round_key(r, "complete"), "1");
+  }
 
   const std::string complete = round_key(r, "complete");
   const auto deadline = Clock::now() + options_.join_timeout;

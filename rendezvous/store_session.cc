@@ -12,6 +12,24 @@ StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optiona
 StoreSession::~StoreSession() {
   for (auto id : waits_) state_.cancel_wait(id);
   for (const auto& [key, id] : watches_) state_.unwatch(id);
+  if (bound_) state_.unbind_keyspace(prefix_);
+}
+
+void StoreSession::scope(Request& req) {
+  for (auto& k : req.keys) {
+    if (k.starts_with(KeyValueState::kAgentNamespace)) continue;
+    if (!bound_) {
+      prefix_ = state_.bind_keyspace();
+      bound_ = true;
+    }
+    if (!prefix_.empty()) k.insert(0, prefix_);
+  }
+}
+
+std::string_view StoreSession::unscoped(const std::string& key) const {
+  std::string_view k = key;
+  if (!prefix_.empty() && k.starts_with(prefix_)) k.remove_prefix(prefix_.size());
+  return k;
 }
 
 StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input, size_t max_output) {
@@ -56,6 +74,7 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
 
 std::string StoreSession::handle(Request& req, size_t max_output) {
   WireWriter w(out_);
+  scope(req);
   switch (req.op) {
     case Op::kValidate:
       break;  // the parser checked the magic; no reply
@@ -87,7 +106,7 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       handle_wait(req.keys);
       break;
     case Op::kGetNumKeys:
-      w.i64(state_.num_keys());
+      w.i64(prefix_.empty() ? state_.num_keys() : static_cast<int64_t>(state_.list_keys(prefix_).size()));
       break;
     case Op::kDeleteKey:
       w.i64(state_.remove(req.keys[0]) ? 1 : 0);
@@ -129,9 +148,9 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       break;
     }
     case Op::kListKeys: {
-      auto keys = state_.list_keys();
+      auto keys = state_.list_keys(prefix_);
       w.i64(static_cast<int64_t>(keys.size()));
-      for (const auto& k : keys) w.bytes(k);
+      for (const auto& k : keys) w.bytes(unscoped(k));
       break;
     }
     case Op::kQueueLen:
@@ -146,7 +165,7 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
                                                  const std::string* old_value, const std::string* new_value) {
         WireWriter ww(out_);
         ww.u8(static_cast<uint8_t>(event));
-        ww.bytes(key);
+        ww.bytes(unscoped(key));
         ww.bytes(old_value ? std::string_view(*old_value) : std::string_view());
         ww.bytes(new_value ? std::string_view(*new_value) : std::string_view());
         if (on_async_output_) on_async_output_();

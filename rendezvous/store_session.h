@@ -5,6 +5,10 @@
 // Ownership: the session references `state` and must not outlive it; its destructor cancels the session's
 // pending waits and watches, so a vanished client leaves nothing behind.
 //
+// Keyspaces: the first request that names a worker key (one outside "ddprun/") binds the session to the
+// state's current worker keyspace (KeyValueState); from then on its worker keys are scoped to it, and the
+// keys it gets back (LIST_KEYS, WATCH_KEY events) are shown without the prefix. Transparent to the client.
+//
 // Replies accumulate in output(). Most are produced by consume(); WAIT and WATCH_KEY replies can also be
 // produced later, when another session writes a key: then `on_async_output` is called so the owner can
 // start a write. A session never blocks.
@@ -51,6 +55,9 @@ class StoreSession {
   // Returns an error message when the request cannot be served; empty on success.
   std::string handle(Request& req, size_t max_output);
   void handle_wait(const std::vector<std::string>& keys);
+  // Rewrites the request's worker keys into the session's keyspace (binding it on first use).
+  void scope(Request& req);
+  std::string_view unscoped(const std::string& key) const;
 
   KeyValueState& state_;
   RequestParser parser_;
@@ -60,6 +67,8 @@ class StoreSession {
   std::vector<const std::string*> found_;       // MULTI_GET: each key's value (nullptr: missing), reused
   std::vector<KeyValueState::HandleId> waits_;  // pending WAITs, oldest first
   std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
+  bool bound_ = false;
+  std::string prefix_;  // the bound keyspace's prefix ("" = unscoped)
 };
 
 }  // namespace ddprun::rdzv

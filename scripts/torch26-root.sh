@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# A Debian 13 (trixie) root with PyTorch 2.6 (python3-torch, libtorch-dev) and the SDK's build tools, so that
+# every PyTorch-facing test runs against torch 2.6 as well as the host's torch 1.13.
+#
+#   scripts/torch26-root.sh              build the root if missing (idempotent), print its path
+#   scripts/torch26-root.sh run CMD ...  run CMD inside the root (see below); the exit code is CMD's
+#   scripts/torch26-root.sh path         print the path (exit 1 when the root is not built)
+#
+# Where: $DDPRUN_TORCH26_ROOT, default /var/cache/ddprun/torch26-root: outside the build tree, so that reruns
+# and fresh clones on the same machine reuse it (about 3 GB, built in a few minutes from Debian's mirror).
+# A root whose stamp does not match this script's package list is rebuilt. Needs root (debootstrap, chroot).
+#
+# `run` keeps the caller's PID, environment, network namespace and working directory: it enters a private
+# mount namespace (unshare --mount), bind-mounts the host's /proc, /sys, /dev, /run, /tmp, /var/tmp, /root,
+# /home, /work, /etc/hosts, the repository and the current directory onto the same paths in the root, and
+# execs CMD there. So a worker started as `torch26-python train.py` is the very process ddprun spawned.
+#
+# Debian's torch 2.6 is built without libuv but defaults TCPStore(use_libuv=True): every TCPStore (torchrun's
+# included) fails with "use_libuv was requested but PyTorch was build without libuv support". The root gets
+# a small import hook (ddprun_torch_no_libuv.pth) that makes use_libuv=False the default; docs/migrating-from-
+# torchrun.md describes the same fix for users of Debian 13.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+root=${DDPRUN_TORCH26_ROOT:-/var/cache/ddprun/torch26-root}
+suite=trixie
+packages=python3-torch,libtorch-dev,g++,cmake,ninja-build,pkg-config,libboost-dev,libboost-filesystem-dev
+packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,libfmt-dev,catch2
+stamp_text="$suite $packages shim-v1"
+
+die() {
+  echo "torch26-root: $*" >&2
+  exit 1
+}
+
+mirror() {
+  # The mirror apt already uses on this machine (deb822 or one-line sources).
+  local m
+  m=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list \
+    2>/dev/null | grep -v security | head -n1 | awk '{print $2}') || true
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+install_shim() {
+  local site=$1/usr/lib/python3/dist-packages
+  [[ -d $site ]] || die "no $site in the new root"
+  cp "$repo/scripts/torch26/ddprun_torch_no_libuv.py" "$site/"
+  echo "import ddprun_torch_no_libuv" >"$site/ddprun_torch_no_libuv.pth"
+}
+
+build() {
+  [[ $(id -u) -eq 0 ]] || die "building the root needs root (debootstrap); run as root"
+  command -v debootstrap >/dev/null || {
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q --no-install-recommends debootstrap
+  }
+  local tmp=$root.tmp
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$root")"
+  echo "torch26-root: building $root (debootstrap $suite from $(mirror); a few minutes)" >&2
+  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$tmp" "$(mirror)" >"$tmp.log" 2>&1; then
+    tail -n 20 "$tmp.log" >&2
+    die "debootstrap failed (log: $tmp.log)"
+  fi
+  install_shim "$tmp"
+  mkdir -p "$tmp/work" "$tmp/home"
+  echo "$stamp_text" >"$tmp/.ddprun-stamp"
+  rm -rf "$root"
+  mv "$tmp" "$root"
+  rm -f "$tmp.log"
+}
+
+ensure() {
+  if [[ -f $root/.ddprun-stamp && $(cat "$root/.ddprun-stamp") == "$stamp_text" ]]; then
+    # The shim is the repository's: keep the root's copy current without a rebuild.
+    cmp -s "$repo/scripts/torch26/ddprun_torch_no_libuv.py" \
+      "$root/usr/lib/python3/dist-packages/ddprun_torch_no_libuv.py" || install_shim "$root"
+    return
+  fi
+  build
+}
+
+run_inside() {
+  [[ -f $root/.ddprun-stamp ]] || die "no torch 2.6 root at $root; build it with scripts/torch26-root.sh"
+  (($# > 0)) || die "usage: torch26-root.sh run CMD [ARGS...]"
+  # Inside a fresh mount namespace: bind the host paths, then chroot, cd and exec (PID unchanged).
+  local binds=(/proc /sys /dev /run /tmp /var/tmp /root /home /work "$repo" "$PWD")
+  exec unshare --mount --propagation private -- /bin/sh -c '
+    root=$1; cwd=$2; shift 2
+    while [ "$1" != "--" ]; do
+      if [ -d "$1" ]; then
+        mkdir -p "$root$1" && mount --rbind "$1" "$root$1" || exit 125
+      fi
+      shift
+    done
+    shift
+    mount --bind /etc/hosts "$root/etc/hosts" 2>/dev/null || true
+    mount --bind /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+    exec chroot "$root" /bin/sh -c '\''cd "$1" || exit 125; shift; exec "$@"'\'' sh "$cwd" "$@"
+  ' sh "$root" "$PWD" "${binds[@]}" -- "$@"
+}
+
+case ${1:-ensure} in
+  ensure)
+    ensure
+    echo "$root"
+    ;;
+  path)
+    [[ -f $root/.ddprun-stamp ]] || exit 1
+    echo "$root"
+    ;;
+  run)
+    shift
+    run_inside "$@"
+    ;;
+  *) die "unknown command '$1' (ensure, path, run)" ;;
+esac
