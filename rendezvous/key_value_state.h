@@ -14,7 +14,7 @@
 //    writes, not presence, so a key deleted after being written still counts).
 //
 // Worker keyspaces (docs/rendezvous.md, "A clean keyspace for every attempt"): the agents' keys live under
-// "ddprun/"; every other key belongs to the workers. When a round completes, an agent writes the round's
+// "/ddprun/"; every other key belongs to the workers. When a round completes, an agent writes the round's
 // keyspace name to kWorkerKeyspaceKey. A session binds to the keyspace that is current when it first names a
 // worker key, and from then on its worker keys are stored under that keyspace's prefix, so the workers of
 // one attempt never see a key of an earlier attempt, even from a straggler still running. A keyspace's keys
@@ -73,9 +73,10 @@ class KeyValueState {
   HandleId watch(const std::string& key, WatchFn fn);
   void unwatch(HandleId id);
 
-  // The key whose value names the current worker keyspace, and the agents' namespace that is never scoped.
-  static constexpr std::string_view kWorkerKeyspaceKey = "ddprun/worker_keyspace";
-  static constexpr std::string_view kAgentNamespace = "ddprun/";
+  // The key whose value names the current worker keyspace, and the agents' namespace that is never scoped,
+  // as keys on the wire: StoreClient, like torch's TCPStore client, puts "/" before the key it is given.
+  static constexpr std::string_view kAgentNamespace = "/ddprun/";
+  static constexpr std::string_view kWorkerKeyspaceKey = "/ddprun/worker_keyspace";
   // Binds a session to the current keyspace; returns the prefix its worker keys get ("" when no keyspace
   // was ever set: a plain store). Every bind is paired with one unbind_keyspace(prefix) (the session's end).
   std::string bind_keyspace();

@@ -24,7 +24,8 @@ std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round, std::c
 }
 
 void RoundKeys::open_worker_keyspace(Store& store, int round) const {
-  store.set(std::string(KeyValueState::kWorkerKeyspaceKey), run_id_ + "/r" + std::to_string(round));
+  // The client adds the leading "/" of the wire key.
+  store.set(std::string(KeyValueState::kWorkerKeyspaceKey.substr(1)), run_id_ + "/r" + std::to_string(round));
 }
 
 void RoundKeys::done(Store& store, int round, int nodes, int node_rank) const {

@@ -4,7 +4,7 @@
 //   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
 //   r<round>/left      ADD counter of nodes leaving; the last one sets r<round>/left_all
 //   closed             the job is over: late agents must exit
-// and, outside the run's namespace, "ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which the
+// and, outside the run's namespace, "/ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which the
 // node completing a round opens before any node can start that round's workers.
 // Stateless apart from the run id; every method is one to three store requests and may throw StoreError.
 #pragma once

@@ -5,7 +5,7 @@
 // Ownership: the session references `state` and must not outlive it; its destructor cancels the session's
 // pending waits and watches, so a vanished client leaves nothing behind.
 //
-// Keyspaces: the first request that names a worker key (one outside "ddprun/") binds the session to the
+// Keyspaces: the first request that names a worker key (one outside "/ddprun/") binds the session to the
 // state's current worker keyspace (KeyValueState); from then on its worker keys are scoped to it, and the
 // keys it gets back (LIST_KEYS, WATCH_KEY events) are shown without the prefix. Transparent to the client.
 //

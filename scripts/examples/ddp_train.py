@@ -32,6 +32,8 @@ def parse_args():
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-step", type=int, default=-1)
     p.add_argument("--fail-attempt", type=int, default=0, help="restart attempt in which --fail-rank crashes")
+    p.add_argument("--fail-until-attempt", type=int, default=-1,
+                   help="--fail-rank crashes (os._exit(3), no clean-up) in every attempt below this one")
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
@@ -71,6 +73,9 @@ def main():
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
+        if rank == args.fail_rank and step == args.fail_step and attempt < args.fail_until_attempt:
+            print(f"rank {rank}: crashing at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
+            os._exit(3)
         if rank == args.fail_rank and step == args.fail_step and attempt == args.fail_attempt:
             print(f"rank {rank}: failing on purpose at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
             leave(13)

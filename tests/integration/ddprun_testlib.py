@@ -25,7 +25,11 @@ import time
 import unittest
 import uuid
 
-PYTHON = "/usr/bin/python3"  # the interpreter with torch (plain `python3` on PATH may lack it)
+# The interpreter of the PyTorch workers: the host's torch 1.13 by default; ctest runs every PyTorch-facing
+# module a second time with DDPRUN_IT_PYTHON=scripts/torch26-python (torch 2.6 in a Debian 13 root).
+PYTHON = os.environ.get("DDPRUN_IT_PYTHON", "/usr/bin/python3")
+# The interpreter that runs the tests themselves (and torch-free helpers such as rank_worker.py).
+HOST_PYTHON = "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_WORKER = os.path.join(HERE, "rank_worker.py")
 AGENT_LOG_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] ddprun")  # ddprun's own log lines (spdlog)
@@ -224,7 +228,7 @@ class IntegrationTestCase(unittest.TestCase):
 
     def rank_worker(self, rules):
         """ddprun arguments that run rank_worker.py with these rules (see that file)."""
-        return ["--python", PYTHON, RANK_WORKER, json.dumps({"fake_worker": FAKE_WORKER, "rules": rules})]
+        return ["--python", HOST_PYTHON, RANK_WORKER, json.dumps({"fake_worker": FAKE_WORKER, "rules": rules})]
 
     def wait_pidfiles(self, pattern, count, timeout=30):
         """Waits for pidfiles pattern.format(lr) for lr in range(count); returns their pids."""

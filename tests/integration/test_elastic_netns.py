@@ -28,8 +28,8 @@ import unittest
 import uuid
 
 import ddprun_testlib
+from ddprun_testlib import PYTHON
 
-PYTHON = "/usr/bin/python3"  # the interpreter with torch
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
 CLUSTER = os.path.join(REPO, "scripts", "test-cluster.sh")

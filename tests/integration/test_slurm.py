@@ -29,9 +29,8 @@ import tempfile
 import unittest
 
 import ddprun_testlib
-from ddprun_testlib import free_port
+from ddprun_testlib import PYTHON, free_port
 
-PYTHON = "/usr/bin/python3"  # the interpreter with torch
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
 SLURM_CLUSTER = os.path.join(REPO, "scripts", "slurm-cluster.sh")

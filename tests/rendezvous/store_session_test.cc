@@ -450,16 +450,16 @@ TEST_CASE("without a worker keyspace the store is one flat keyspace", "[store_se
 TEST_CASE("workers of a new attempt never see the keys of the previous one", "[store_session][keyspace]") {
   KeyValueState state;
   Client agent(state, Dialect::kModern);
-  agent.call(req(Op::kSet, {"ddprun/worker_keyspace"}, {"job/r0"}));
+  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"job/r0"}));
   Client old_worker(state, Dialect::kModern);
   old_worker.call(req(Op::kSet, {"/default_pg/rank_1"}, {"old-address"}));
   old_worker.call(add_req("init/", 1));
   // The keys are stored under the attempt's prefix, and the agents see them there.
   CHECK(state.get("/default_pg/rank_1") == nullptr);
-  REQUIRE(state.get("ddprun/ws/job/r0//default_pg/rank_1") != nullptr);
+  REQUIRE(state.get("/ddprun/ws/job/r0//default_pg/rank_1") != nullptr);
 
   // The next round opens a new keyspace; a straggler of the old attempt keeps its own.
-  agent.call(req(Op::kSet, {"ddprun/worker_keyspace"}, {"job/r1"}));
+  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"job/r1"}));
   Client new_worker(state, Dialect::kModern);
   CHECK_FALSE(has_key(new_worker, "/default_pg/rank_1"));
   CHECK(Reply(new_worker.call(add_req("init/", 1))).i64() == 1);
@@ -470,17 +470,17 @@ TEST_CASE("workers of a new attempt never see the keys of the previous one", "[s
   CHECK(get_value(new_worker, "/default_pg/rank_1") == "new-address");
 
   // Agent keys are shared by everyone.
-  new_worker.call(req(Op::kSet, {"ddprun/job/shared"}, {"1"}));
-  CHECK(get_value(old_worker, "ddprun/job/shared") == "1");
+  new_worker.call(req(Op::kSet, {"/ddprun/job/shared"}, {"1"}));
+  CHECK(get_value(old_worker, "/ddprun/job/shared") == "1");
 }
 
 TEST_CASE("a WAIT in one keyspace is not woken by a write in another", "[store_session][keyspace]") {
   KeyValueState state;
   Client agent(state, Dialect::kModern);
-  agent.call(req(Op::kSet, {"ddprun/worker_keyspace"}, {"r0"}));
+  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"r0"}));
   Client old_worker(state, Dialect::kModern);
   old_worker.call(req(Op::kCheck, {"/x"}));  // binds to r0
-  agent.call(req(Op::kSet, {"ddprun/worker_keyspace"}, {"r1"}));
+  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"r1"}));
   Client waiter(state, Dialect::kModern);
   CHECK(waiter.call(req(Op::kWait, {"/k"})).empty());
   old_worker.call(req(Op::kSet, {"/k"}, {"stale"}));
@@ -494,8 +494,8 @@ TEST_CASE("a WAIT in one keyspace is not woken by a write in another", "[store_s
 TEST_CASE("LIST_KEYS, GETNUMKEYS and WATCH_KEY events show keys without the prefix",
           "[store_session][keyspace]") {
   KeyValueState state;
-  state.set("ddprun/worker_keyspace", "r7");
-  state.set("ddprun/agent_only", "1");
+  state.set("/ddprun/worker_keyspace", "r7");
+  state.set("/ddprun/agent_only", "1");
   Client watcher(state, Dialect::kLegacy), writer(state, Dialect::kLegacy);
   watcher.call(req(Op::kWatchKey, {"/w"}));
   writer.call(req(Op::kSet, {"/w"}, {"1"}));
@@ -517,7 +517,7 @@ TEST_CASE("LIST_KEYS, GETNUMKEYS and WATCH_KEY events show keys without the pref
 TEST_CASE("a keyspace's keys are erased once no session uses it and it is no longer current",
           "[store_session][keyspace]") {
   KeyValueState state;
-  state.set("ddprun/worker_keyspace", "r0");
+  state.set("/ddprun/worker_keyspace", "r0");
   auto worker = std::make_unique<Client>(state, Dialect::kModern);
   worker->call(req(Op::kSet, {"/k"}, {std::string(1000, 'x')}));
   worker->call(req(Op::kQueuePush, {"/q"}, {"item"}));
@@ -526,23 +526,23 @@ TEST_CASE("a keyspace's keys are erased once no session uses it and it is no lon
 
   // Still current: its keys stay after the worker left (a worker may reconnect within the attempt).
   worker.reset();
-  CHECK(state.get("ddprun/ws/r0//k") != nullptr);
+  CHECK(state.get("/ddprun/ws/r0//k") != nullptr);
 
   // A new attempt: the old keyspace is gone, and with it its bytes.
-  state.set("ddprun/worker_keyspace", "r1");
-  CHECK(state.get("ddprun/ws/r0//k") == nullptr);
-  CHECK(state.queue_len("ddprun/ws/r0//q") == 0);
+  state.set("/ddprun/worker_keyspace", "r1");
+  CHECK(state.get("/ddprun/ws/r0//k") == nullptr);
+  CHECK(state.queue_len("/ddprun/ws/r0//q") == 0);
   CHECK(state.keyspaces() == 0);
   CHECK(state.stored_bytes() < with_keys - 1000);
 
   // A straggler keeps its old keyspace alive until it disconnects.
   auto straggler = std::make_unique<Client>(state, Dialect::kModern);
   straggler->call(req(Op::kSet, {"/s"}, {"1"}));
-  state.set("ddprun/worker_keyspace", "r2");
-  CHECK(state.get("ddprun/ws/r1//s") != nullptr);
+  state.set("/ddprun/worker_keyspace", "r2");
+  CHECK(state.get("/ddprun/ws/r1//s") != nullptr);
   straggler.reset();
-  CHECK(state.get("ddprun/ws/r1//s") == nullptr);
-  CHECK(state.get("ddprun/worker_keyspace") != nullptr);
+  CHECK(state.get("/ddprun/ws/r1//s") == nullptr);
+  CHECK(state.get("/ddprun/worker_keyspace") != nullptr);
 }
 
 }  // namespace

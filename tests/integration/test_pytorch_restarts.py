@@ -1,0 +1,72 @@
+"""Restarts that recover: a real PyTorch DDP (gloo) job whose rank 0 crashes (os._exit, mid-training) in
+each of 50 attempts in a row, under ddprun --max_restarts 50. Every new worker group must initialise and
+train again: since torch 2.4 workers no longer prefix their keys per attempt (they expect a fresh store per
+retry), so a restarted group that could see the previous attempt's keys hangs in gloo's connectFullMesh or
+passes a stale barrier. ddprun gives every attempt a clean keyspace (docs/rendezvous.md). Runs with torch
+1.13 and torch 2.6 workers (integration.test_pytorch_restarts[.torch26])."""
+import glob
+import json
+import os
+import re
+import time
+import unittest
+
+from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port
+
+TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
+RESTARTS = 50
+RESTARTS_TWO_NODES = 10  # the same path across two agents (static rendezvous); fewer to bound the suite's time
+# A stuck attempt fails gloo's 60 s timeout and burns a restart, so a hang cannot pass unnoticed: the job
+# would run out of restarts (exit 3) or out of this bound.
+JOB_WAIT = 840
+
+
+class PyTorchRestarts(IntegrationTestCase):
+    def check(self, agents, out, world, restarts=RESTARTS):
+        start = time.monotonic()
+        rcs = [a.wait(JOB_WAIT) for a in agents]
+        took = time.monotonic() - start
+        described = "\n".join(a.describe() for a in agents)
+        self.assertEqual(rcs, [0] * len(agents), described)
+        results = []
+        for path in sorted(glob.glob(os.path.join(out, "rank*.json"))):
+            with open(path) as f:
+                results.append(json.load(f))
+        self.assertEqual(sorted(r["rank"] for r in results), list(range(world)), described)
+        for r in results:
+            self.assertEqual(r["attempt"], restarts)
+            self.assertTrue(r["identical"])
+        # Each attempt crashed exactly once (rank 0 at step 3) and was restarted: no attempt hung or failed in
+        # some other way (a hang would show as a gloo timeout, a different exit code, or a missing restart).
+        log = agents[0].output()
+        crashes = re.findall(r"(?m)^rank 0: crashing at step 3 \(attempt (\d+)\)", log)
+        self.assertEqual([int(a) for a in crashes], list(range(restarts)), described)
+        done = re.findall(r"restarting the worker group \((\d+) of %d restarts\)" % restarts, log)
+        self.assertEqual([int(n) for n in done], list(range(1, restarts + 1)), described)
+        self.assertNotIn("Timed out", log)
+        self.assertEqual(self.live_processes(), [])
+        print(f"{restarts} restarts with {PYTHON}: {took:.1f} s in all, {took / (restarts + 1):.2f} s per attempt")
+
+    def test_fifty_restarts_standalone(self):
+        out = self.path("out")
+        agents = [self.start(["--standalone", "--nproc_per_node", "2", *job_args(out)])]
+        self.check(agents, out, world=2)
+
+    def test_ten_restarts_two_nodes(self):
+        out = self.path("out")
+        port = free_port()
+        agents = [self.start(["--nnodes", "2", "--node_rank", str(node), "--master_addr", "127.0.0.1",
+                              "--master_port", str(port), "--nproc_per_node", "1", "--rdzv_id", "restarts",
+                              *job_args(out, RESTARTS_TWO_NODES)])
+                  for node in range(2)]
+        self.check(agents, out, world=2, restarts=RESTARTS_TWO_NODES)
+
+
+def job_args(out, restarts=RESTARTS):
+    return ["--max_restarts", str(restarts), "--python", PYTHON, TRAIN, "--steps", "6", "--hidden", "16",
+            "--batch", "8", "--log-every", "1000", "--out", out, "--fail-rank", "0", "--fail-step", "3",
+            "--fail-until-attempt", str(restarts)]
+
+
+if __name__ == "__main__":
+    unittest.main()
