@@ -12,6 +12,7 @@ packages=(
   libtorch-dev python3-torch
   clang libclang-rt-14-dev
   iproute2 procps psmisc
+  debootstrap util-linux
 )
 if [[ "${DDPRUN_DEPS_SLURM:-0}" == 1 ]]; then
   packages+=(slurm-wlm munge)

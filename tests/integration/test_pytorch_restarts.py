@@ -39,7 +39,7 @@ class PyTorchRestarts(IntegrationTestCase):
         # Each attempt crashed exactly once (rank 0 at step 3) and was restarted: no attempt hung or failed in
         # some other way (a hang would show as a gloo timeout, a different exit code, or a missing restart).
         log = agents[0].output()
-        crashes = re.findall(r"(?m)^rank 0: crashing at step 3 \(attempt (\d+)\)", log)
+        crashes = re.findall(r"(?m)^(?:\[[^]]*\]:)?rank 0: crashing at step 3 \(attempt (\d+)\)", log)
         self.assertEqual([int(a) for a in crashes], list(range(restarts)), described)
         done = re.findall(r"restarting the worker group \((\d+) of %d restarts\)" % restarts, log)
         self.assertEqual([int(n) for n in done], list(range(1, restarts + 1)), described)
