@@ -450,7 +450,14 @@ ElasticAgent::ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::RendezvousH
 ElasticAgent::~ElasticAgent() = default;
 
 int ElasticAgent::run() {
-  return loop_->run();
+  try {
+    return loop_->run();
+  } catch (const std::exception& e) {
+    // A store or file error that a step did not expect. The loop's destructor (with this agent's) stops and
+    // reaps every worker; the job ends with ddprun's own failure code rather than std::terminate.
+    spdlog::critical("internal error: {}; stopping the workers", e.what());
+    return 1;
+  }
 }
 
 }  // namespace ddprun::agent

@@ -175,7 +175,10 @@ int print_plan(const LaunchConfig& c, const ddprun::agent::AgentConfig& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+// The whole launcher; main() only guards it.
+int run_launcher(int argc, char** argv) {
   LaunchConfig config;
   std::vector<std::string> args(argv, argv + argc);
   auto parsed = ddprun::launcher::parse_launch_config(args, ddprun::agent::current_environment(), {}, config);
@@ -217,4 +220,18 @@ int main(int argc, char** argv) {
   }
   ddprun::agent::ElasticAgent agent(std::move(agent_cfg), std::move(rdzv));
   return agent.run();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
+  // agent's destructors have stopped and reaped every worker.
+  try {
+    return run_launcher(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ddprun: internal error (unknown exception)\n");
+  }
+  return 1;
 }
