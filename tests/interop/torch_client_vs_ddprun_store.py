@@ -1,41 +1,67 @@
 #!/usr/bin/python3
-"""Interop: PyTorch's own TCPStore client (torch 1.13, Python) against ddprun-store.
+"""Interop: PyTorch's own TCPStore client (Python; torch 1.13, or 2.6 through scripts/torch26-python) against
+ddprun-store.
 
-    torch_client_vs_ddprun_store.py PATH_TO_DDPRUN_STORE [--ipv6]
-    torch_client_vs_ddprun_store.py --reference
+    torch_client_vs_ddprun_store.py PATH_TO_DDPRUN_STORE [--ipv6] [--python INTERP] [--expect-torch X.Y]
+    torch_client_vs_ddprun_store.py --reference [--python INTERP] [--expect-torch X.Y]
 
-Starts `ddprun-store --port 0`, reads the port from its "listening on" line, and drives it with
-torch.distributed.TCPStore(is_master=False): every Store method torch 1.13 exposes in Python, PrefixStore,
-the world_size "init/" handshake, concurrent clients from several processes, wait wake-ups from another
-process and thread, and a real gloo process group (init_process_group with store=..., all_reduce) in two
-processes. With --ipv6 the key checks run against [::1] instead of 127.0.0.1 (exit 77 = skipped when the
-machine has no IPv6 loopback). The store is always stopped with SIGTERM, and must still be alive before
-that and exit 0 after it. --reference runs every check against torch's own TCPStore server instead (in a
-child process that mimics ddprun-store's output and SIGTERM handling): it proves that what the checks
-expect is torch 1.13's behaviour, not only ours.
+This script is a driver that needs no torch: it starts the store here (ddprun-store is linked against this
+machine's libraries, so it never runs inside the torch 2.6 root), reads the port from its "listening on" line,
+and runs the checks in a child `INTERP this-script --checks PHASE HOST PORT`, INTERP being the Python whose
+torch is tested (default: the driver's own). Each phase gets a fresh store:
+  main       every Store method the torch version exposes (torch 2.6 adds check, append, multi_get, multi_set;
+             torch 2.6 must have them, older versions test what they have), PrefixStore, the world_size
+             "init/" handshake, concurrent clients from several processes, wait wake-ups from another process
+             and thread, a real gloo process group (init_process_group with store=..., all_reduce) in two
+             processes. The clients reach the store through a recording proxy (store_wire_trace.py), so the
+             checks also prove which requests torch put on the wire: the legacy dialect for 1.13; for 2.6
+             VALIDATE + PING on every connection, CANCEL_WAIT after a wait timeout, MULTI_GET, MULTI_SET, APPEND.
+  keyspaces  ddprun's worker keyspaces (docs/rendezvous.md) seen from torch clients: after a write of
+             "/ddprun/worker_keyspace", clients connected before and after see separate keys, and a keyspace
+             is erased once no connection holds it. Not with --reference (torch's server has no keyspaces),
+             nor with --ipv6.
+With --ipv6 the main checks (without gloo) run against [::1] (exit 77 = skipped when the machine has no IPv6
+loopback). The store is always stopped with SIGTERM, and must still be alive before that and exit 0 after it.
+--reference runs the main checks against torch's own TCPStore server instead (INTERP runs it, mimicking
+ddprun-store's output and SIGTERM handling): it proves that what the checks expect is torch's behaviour.
+--expect-torch X.Y fails the run unless INTERP's torch is version X.Y (a guard against a misconfigured INTERP).
+Torch's Python API has no queue operations (QUEUE_PUSH/POP/LEN) up to 2.6: they are covered from C++.
 
-Runs under the Python that has torch (Debian: /usr/bin/python3). Exit status 0 only when every check passed.
+Exit status 0 only when every check passed.
 """
 
 import datetime
 import multiprocessing
 import os
+import re
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
 
-import torch
-import torch.distributed as dist
+from store_wire_trace import RawStore, RecordingProxy
+
+# The checks process and its multiprocessing children (spawn copies sys.argv into them) import torch; the
+# driver does not, so it runs under any Python.
+CHECKS = "--checks" in sys.argv
+if CHECKS:
+    import torch
+    import torch.distributed as dist
+
+    TORCH = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
 
 SKIP = 77
 TIMEOUT = datetime.timedelta(seconds=30)
+CHECKS_TIMEOUT = 420  # seconds for one phase's checks process (torch 2.6 in its root imports slowly)
 FAILURES = []
+# The Store methods torch 2.6's Python API has beyond 1.13's. Torch 2.6 (and later) must have every one: a
+# missing one fails the run rather than skipping its checks.
+EXTENDED_API = ("check", "append", "multi_get", "multi_set")
+DIALECT = None  # the wire dialect this torch's clients speak, as the proxy saw it ("legacy" / "modern")
 
 
 def check(name, ok, detail=""):
@@ -51,14 +77,28 @@ def check_eq(name, got, want):
 def check_raises(name, fn, exc=RuntimeError):
     try:
         fn()
-    except exc as e:  # noqa: PERF203
+    except exc:  # noqa: PERF203
         check(name, True)
-        return e
+        return
     check(name, False, f"no {exc.__name__} raised")
-    return None
 
 
-# ---- the store process ----------------------------------------------------------------------------------
+def note(text):
+    print("note  " + text, flush=True)
+
+
+def has_op(store, op):
+    """Whether this torch's Python Store has method `op` (one of EXTENDED_API). Torch >= 2.6 must have it."""
+    if hasattr(store, op):
+        return True
+    if TORCH >= (2, 6):
+        check(f"Store.{op} exists in torch {torch.__version__}", False, "missing from the Python API")
+    else:
+        note(f"Store.{op} is not exposed in torch {torch.__version__}'s Python API: its checks are skipped")
+    return False
+
+
+# ---- the store process (driver) -------------------------------------------------------------------------
 
 
 # --reference: torch's own server, speaking like ddprun-store on stdout and exiting 0 on SIGTERM.
@@ -79,16 +119,17 @@ class StoreProcess:
     def __init__(self, command):
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         self.port = None
         while self.port is None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
-                raise RuntimeError("ddprun-store did not report its port within 30 s: " + "".join(self.lines))
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("the store did not report its port within 60 s: " + "".join(self.lines))
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"ddprun-store exited ({self.proc.wait()}) before listening: "
-                                   + "".join(self.lines))
+                raise RuntimeError(f"the store exited ({self.proc.wait()}) before listening: " + "".join(self.lines))
             self.lines.append(line)
             if line.startswith("ddprun-store listening on "):
                 self.port = int(line.rsplit(":", 1)[1])
@@ -121,21 +162,30 @@ def client(host, port, **kw):
     return dist.TCPStore(host, port, is_master=False, timeout=kw.pop("timeout", TIMEOUT), **kw)
 
 
-def raw_add(host, port, key, delta):
-    """ADD on the raw legacy wire, without torch's "/" prefix: reads keys torch keeps for itself ("init/")."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect((host, port))
-        k = key.encode()
-        s.sendall(b"\x03" + struct.pack("<Q", len(k)) + k + struct.pack("<q", delta))
-        reply = b""
-        while len(reply) < 8:
-            chunk = s.recv(8 - len(reply))
-            if not chunk:
-                raise RuntimeError("store closed the connection during a raw ADD")
-            reply += chunk
-        return struct.unpack("<q", reply)[0]
+def woken_by(host, port, key, write, what):
+    """A client in another thread waits for `key`; `write()` (on another client) must wake it, and the waiter
+    must then read what write() stored (returned for the caller to check)."""
+    results = []
+    ready = f"{key}_ready"
+
+    def waiter():
+        try:
+            c = client(host, port)
+            c.set(ready, "1")
+            c.wait([key], datetime.timedelta(seconds=60))
+            results.append(c.get(key))
+        except Exception as e:  # reported below
+            results.append(e)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    c = client(host, port)
+    c.wait([ready], datetime.timedelta(seconds=60))
+    write()
+    t.join(timeout=90)
+    check(f"{what}: the waiter woke", not t.is_alive() and len(results) == 1 and isinstance(results[0], bytes),
+          f"alive={t.is_alive()}, results={results!r}")
+    return results[0] if results and isinstance(results[0], bytes) else None
 
 
 # ---- key checks (also run over IPv6) --------------------------------------------------------------------
@@ -188,15 +238,81 @@ def test_compare_set(s):
     check_eq("compare_set present+empty expected does not replace", s.compare_set("cs1", "", "x"), b"second")
 
 
-def test_check_exposed(s):
+def test_check(s):
     # torch 1.13's Python binding has no Store.check (the C++ API has; libtorch_tcpstore_vs_ddprun_store
-    # covers it). Newer torch exposes it: test it where it exists.
-    if not hasattr(s, "check"):
-        print(f"note  Store.check is not exposed in torch {torch.__version__} Python: covered from C++")
+    # covers it).
+    if not has_op(s, "check"):
         return
     s.set("chk", "1")
     check_eq("check present", s.check(["chk"]), True)
     check_eq("check missing", s.check(["chk", "nochk"]), False)
+    check_eq("check of no keys", s.check([]), True)
+    n = s.num_keys()
+    check_eq("check creates nothing", (s.check(["nochk"]), s.num_keys()), (False, n))
+
+
+def test_append(s, host, port):
+    if not has_op(s, "append"):
+        return
+    n = s.num_keys()
+    s.append("ap", "a")
+    check_eq("append on a missing key creates it", s.get("ap"), b"a")
+    s.append("ap", b"\x00\xff")
+    s.append("ap", "")
+    s.append("ap", "z")
+    check_eq("append concatenates (binary, empty)", s.get("ap"), b"a\x00\xffz")
+    check_eq("... one new key", s.num_keys(), n + 1)
+    s.set("ap", "reset")
+    s.append("ap", "!")
+    check_eq("append after set", s.get("ap"), b"reset!")
+    check_eq("append on an ADD counter keeps ASCII", (s.add("ap_ctr", 4), s.append("ap_ctr", "2"), s.add("ap_ctr", 1)),
+             (4, None, 43))
+    got = woken_by(host, port, "ap_wake", lambda: client(host, port).append("ap_wake", "appended"),
+                   "append creating a key")
+    check_eq("... and the waiter reads the appended value", got, b"appended")
+
+
+def test_multi(s, host, port):
+    if not (has_op(s, "multi_set") and has_op(s, "multi_get")):
+        return
+    n = s.num_keys()
+    s.multi_set(["m1", "m2", "m3"], ["one", b"\x00\xff", ""])
+    check_eq("multi_set/multi_get", s.multi_get(["m1", "m2", "m3"]), [b"one", b"\x00\xff", b""])
+    check_eq("... three new keys", s.num_keys(), n + 3)
+    check_eq("... get sees multi_set's value", s.get("m2"), b"\x00\xff")
+    check_eq("multi_get keeps order and repeats", s.multi_get(["m3", "m1", "m1"]), [b"", b"one", b"one"])
+    check_eq("multi_get of no keys", s.multi_get([]), [])
+    s.multi_set(["m1", "m4"], ["uno", "four"])
+    check_eq("multi_set overwrites and adds", s.multi_get(["m1", "m4"]), [b"uno", b"four"])
+    big = [os.urandom(1 << 20), os.urandom(1 << 20)]
+    s.multi_set(["mbig0", "mbig1"], big)
+    check("multi_set/multi_get two 1 MiB values", s.multi_get(["mbig0", "mbig1"]) == big, "mismatch")
+    s.multi_set(["m_dup", "m_dup"], ["first", "second"])
+    check_eq("multi_set of one key twice: the last wins", s.get("m_dup"), b"second")
+    short = client(host, port, timeout=datetime.timedelta(seconds=1))
+    t0 = time.monotonic()
+    check_raises("multi_get with a missing key times out with the store timeout",
+                 lambda: short.multi_get(["m1", "m_never"]))
+    check("... after about 1 s", 0.9 <= time.monotonic() - t0 <= 11, f"{time.monotonic() - t0:.2f} s")
+    got = woken_by(host, port, "m_wake", lambda: client(host, port).multi_set(["m_other", "m_wake"], ["o", "w"]),
+                   "multi_set of a waited key")
+    check_eq("... and the waiter reads it", got, b"w")
+
+
+def test_wait_cancel(s, host, port):
+    """A modern client cancels a timed-out wait (CANCEL_WAIT): when the key appears later, the store must not
+    answer the forgotten wait, or the client's next replies would be shifted by one byte."""
+    if DIALECT != "modern":
+        note(f"torch {torch.__version__} clients do not cancel waits ({DIALECT} dialect): skipped")
+        return
+    check_raises("wait 300 ms on a missing key raises", lambda: s.wait(["cancelled"], datetime.timedelta(milliseconds=300)))
+    client(host, port).set("cancelled", "now")
+    check_eq("the key of a cancelled wait set later: the client's next get is right", s.get("cancelled"), b"now")
+    check_eq("... and its next add", s.add("after_cancel", 2), 2)
+    for _ in range(3):
+        check_raises("repeated wait timeouts on one connection",
+                     lambda: s.wait(["cancelled", "never_a"], datetime.timedelta(milliseconds=200)))
+    check_eq("... leave it usable", s.get("str"), b"overwritten")
 
 
 def test_wait(s, host, port):
@@ -260,13 +376,47 @@ def test_prefix_store(s):
                  lambda: inner.wait(["zz"], datetime.timedelta(milliseconds=300)))
     check_eq("PrefixStore delete_key", inner.delete_key("k"), True)
     check_eq("... gone underneath", s.delete_key("outer/inner/k"), False)
+    if has_op(inner, "multi_set") and has_op(inner, "multi_get"):
+        inner.multi_set(["ma", "mb"], ["1", "2"])
+        check_eq("PrefixStore multi_set is prefixed", s.get("outer/inner/mb"), b"2")
+        check_eq("PrefixStore multi_get", inner.multi_get(["mb", "ma"]), [b"2", b"1"])
+    if has_op(inner, "append"):
+        inner.append("ap", "x")
+        inner.append("ap", "y")
+        check_eq("PrefixStore append is prefixed", s.get("outer/inner/ap"), b"xy")
+    if has_op(inner, "check"):
+        check_eq("PrefixStore check", (inner.check(["ma", "ap"]), inner.check(["ma", "k"])), (True, False))
 
 
 def test_world_size_init(host, port):
-    before = raw_add(host, port, "init/", 0)
-    clients = [client(host, port, world_size=3) for _ in range(3)]
-    check_eq("3 clients built with world_size=3 each ADD 1 to 'init/'", raw_add(host, port, "init/", 0), before + 3)
+    # "init/" has no "/" in front: out of reach of torch's Python API, read it on a raw connection.
+    with RawStore(host, port, DIALECT) as raw:
+        before = raw.add("init/", 0)
+        clients = [client(host, port, world_size=3) for _ in range(3)]
+        check_eq("3 clients built with world_size=3 each ADD 1 to 'init/'", raw.add("init/", 0), before + 3)
     del clients
+
+
+def test_wire_requests(proxy):
+    """What torch put on the wire during the checks above (every client went through `proxy`)."""
+    used = [(d, ops) for d, ops in proxy.connections() if ops]
+    dialects = {d for d, _ in used}
+    seen = {op for _, ops in used for op in ops}
+    note(f"{len(used)} connections, dialects {sorted(dialects)}, requests seen: {' '.join(sorted(seen))}")
+    if TORCH >= (2, 6):
+        check_eq("every torch connection speaks the modern dialect", dialects, {"modern"})
+        bad = [ops[:3] for _, ops in used if ops[:2] != ["VALIDATE", "PING"]]
+        check("every connection opens with VALIDATE then PING", not bad, f"openings {bad[:5]}")
+        want = {"SET", "GET", "ADD", "COMPARE_SET", "CHECK", "WAIT", "CANCEL_WAIT", "GETNUMKEYS", "DELETE_KEY",
+                "APPEND", "MULTI_GET", "MULTI_SET"}
+    elif TORCH < (2, 1):
+        check_eq("every torch connection speaks the legacy dialect", dialects, {"legacy"})
+        want = {"SET", "GET", "ADD", "COMPARE_SET", "WAIT", "GETNUMKEYS", "DELETE_KEY"}
+    else:
+        note(f"no wire expectations for torch {torch.__version__} (verified: 1.13 legacy, 2.6 modern)")
+        want = set()
+    check(f"torch {torch.__version__} sent every request the checks exercise", want <= seen,
+          f"never sent: {sorted(want - seen)}")
 
 
 def waiter_process(host, port, ready_key, wake_key, result_q):
@@ -348,6 +498,73 @@ def test_concurrent_adds(host, port, ctx, nproc=4, n=500):
     check_eq("adder exit codes", [p.exitcode for p in procs], [0] * nproc)
 
 
+# ---- worker keyspaces (ddprun-store only) ---------------------------------------------------------------
+
+
+def keyspace_round(host, port, agent, old):
+    """Opens keyspace "job/r1", checks it from clients connected after the switch, opens "job/r2", and returns
+    (the store's key count, how many of them are r1's) taken while r1's clients are still connected; they are
+    closed when it returns."""
+    agent.set("ddprun/worker_keyspace", "job/r1")  # the wire key "/ddprun/worker_keyspace": the agents' namespace
+    new1 = client(host, port)
+    check_eq("a client connected after the switch does not see the old key (compare_set creates it)",
+             new1.compare_set("ks/k", "", "attempt 1"), b"attempt 1")
+    check_eq("... its counter starts afresh", new1.add("ks/n", 1), 1)
+    check_eq("the client connected before still sees its own key", old.get("ks/k"), b"attempt 0")
+    check_eq("... and its own counter", old.add("ks/n", 0), 5)
+    new2 = client(host, port)
+    check_eq("a second client connected after the switch shares the new keyspace", new2.get("ks/k"), b"attempt 1")
+    check_eq("... and its counter", new2.add("ks/n", 0), 1)
+    check_eq("num_keys of the new keyspace counts its own keys only", new2.num_keys(), 2)
+    old.set("ks/only_old", "x")
+    # The wait times out on a key no client of new2's keyspace ever sets: no late reply can confuse new2 (1.13).
+    check_raises("a key set in the old keyspace is invisible in the new one",
+                 lambda: new2.wait(["ks/only_old"], datetime.timedelta(milliseconds=300)))
+    got = woken_by(host, port, "ks/wake", lambda: new1.set("ks/wake", "r1"), "a wait in the new keyspace")
+    check_eq("... reads the new keyspace's value", got, b"r1")
+    check_eq("delete_key in the new keyspace", new1.delete_key("ks/k"), True)
+    check_eq("... leaves the old keyspace's key", old.get("ks/k"), b"attempt 0")
+    new1.set("ks/k", "attempt 1 again")
+    check_eq("the agents' namespace is shared by both keyspaces",
+             (old.get("ddprun/worker_keyspace"), new1.get("ddprun/worker_keyspace")), (b"job/r1", b"job/r1"))
+    inner = dist.PrefixStore("pg", new2)
+    inner.set("0", "addr of rank 0, attempt 1")
+    old_inner = dist.PrefixStore("pg", old)
+    old_inner.set("0", "addr of rank 0, attempt 0")
+    check_eq("PrefixStore keys are scoped too (as init_process_group's)",
+             (inner.get("0"), old_inner.get("0")), (b"addr of rank 0, attempt 1", b"addr of rank 0, attempt 0"))
+    if has_op(new1, "multi_set") and has_op(new1, "multi_get") and has_op(old, "check"):
+        new1.multi_set(["ks/m1", "ks/m2"], ["a", "b"])
+        check_eq("multi_set in the new keyspace: multi_get there", new2.multi_get(["ks/m1", "ks/m2"]), [b"a", b"b"])
+        check_eq("... check in the old one", (old.check(["ks/m1"]), new2.check(["ks/m1", "ks/k"])), (False, True))
+    if has_op(new1, "append"):
+        new2.append("ks/ap", "new")
+        old.append("ks/ap", "old")
+        check_eq("append is scoped", (new1.get("ks/ap"), old.get("ks/ap")), (b"new", b"old"))
+
+    agent.set("ddprun/worker_keyspace", "job/r2")
+    new3 = client(host, port)
+    check_eq("the next attempt's client sees none of r1's keys", new3.add("ks/n", 0), 0)
+    check_eq("a client of r1 still sees r1's keys after the next switch", new1.get("ks/k"), b"attempt 1 again")
+    check_eq("... and the client of the very first keyspace its own", old.get("ks/k"), b"attempt 0")
+    return agent.num_keys(), new1.num_keys()
+
+
+def test_worker_keyspaces(host, port):
+    agent = client(host, port)  # names only /ddprun/ keys: never bound to a keyspace, its num_keys counts all
+    old = client(host, port)
+    old.set("ks/k", "attempt 0")  # binds `old` to the store as it is: no keyspace was ever opened
+    old.add("ks/n", 5)
+    total, r1_keys = keyspace_round(host, port, agent, old)
+    # The r1 clients are closed now (keyspace_round returned); r1 is not current: its keys must go.
+    check("r1 holds keys while its clients are connected", r1_keys > 0, f"{r1_keys} keys")
+    deadline = time.monotonic() + 30
+    while agent.num_keys() != total - r1_keys and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check_eq(f"r1's {r1_keys} keys erased once its last client closed", agent.num_keys(), total - r1_keys)
+    check_eq("the keys of the first client stay", old.get("ks/k"), b"attempt 0")
+
+
 # ---- a real process group over the store ----------------------------------------------------------------
 
 
@@ -399,54 +616,132 @@ def have_ipv6_loopback():
         return False
 
 
+def run_steps(steps):
+    for name, fn in steps:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception:
+            check(f"{name}: no unexpected exception", False, traceback.format_exc())
+        print(f"--    {name}: {time.monotonic() - t0:.2f} s", flush=True)
+
+
+def main_checks(host, store_port, ipv6):
+    global DIALECT
+    ctx = multiprocessing.get_context("spawn")
+    proxy = RecordingProxy(host, store_port)
+    port = proxy.port
+    s = client(host, port)
+    s.add("first", 1)  # a request with a reply: the proxy has recorded it once add() returns
+    DIALECT = next((d for d, ops in proxy.connections() if ops), None)
+    if DIALECT is None:
+        raise RuntimeError("the proxy saw no request from the first client")
+    note(f"torch's clients speak the {DIALECT} dialect")
+    steps = [
+        ("set/get", lambda: test_set_get(s)),
+        ("add", lambda: test_add(s)),
+        ("compare_set", lambda: test_compare_set(s)),
+        ("check", lambda: test_check(s)),
+        ("append", lambda: test_append(s, host, port)),
+        ("multi_get/multi_set", lambda: test_multi(s, host, port)),
+        ("wait", lambda: test_wait(s, host, port)),
+        ("wait cancel", lambda: test_wait_cancel(s, host, port)),
+        ("delete_key/num_keys", lambda: test_delete_num_keys(s)),
+        ("PrefixStore", lambda: test_prefix_store(s)),
+        ("world_size init/", lambda: test_world_size_init(host, port)),
+        ("wait woken by others", lambda: test_wait_woken_by_other(s, host, port, ctx)),
+        ("concurrent adds", lambda: test_concurrent_adds(host, port, ctx)),
+    ]
+    if not ipv6:
+        steps.append(("gloo process group", lambda: test_gloo_process_group(host, port, ctx)))
+    steps.append(("requests on the wire", lambda: test_wire_requests(proxy)))
+    run_steps(steps)
+    proxy.close()
+
+
+def checks(args):
+    """The checks process: `--checks PHASE HOST PORT [--reference] [--expect-torch X.Y]`."""
+    phase, host, port = args[args.index("--checks") + 1:args.index("--checks") + 4]
+    reference = "--reference" in args
+    expect = args[args.index("--expect-torch") + 1] if "--expect-torch" in args else None
+    t_start = time.monotonic()
+    print(f"torch {torch.__version__} ({sys.executable}), phase {phase}, client host {host}"
+          + (", REFERENCE: torch's own server" if reference else ""), flush=True)
+    if expect:
+        check(f"torch is version {expect}", re.match(re.escape(expect) + r"(\.|$)", torch.__version__) is not None,
+              f"torch {torch.__version__}")
+    if phase == "main":
+        main_checks(host, int(port), ":" in host)
+    elif phase == "keyspaces":
+        run_steps([("worker keyspaces", lambda: test_worker_keyspaces(host, int(port)))])
+    else:
+        check(f"known phase '{phase}'", False)
+    print(f"{len(FAILURES)} failure(s) in {time.monotonic() - t_start:.1f} s", flush=True)
+    return 1 if FAILURES else 0
+
+
+def run_phase(phase, store_command, python, host, extra):
+    t0 = time.monotonic()
+    store = StoreProcess(store_command)
+    try:
+        print(f"==== phase {phase}: store on port {store.port}, checks run by {python}", flush=True)
+        proc = subprocess.Popen([python, os.path.abspath(__file__), "--checks", phase, host, str(store.port), *extra],
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=CHECKS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            rc = f"killed after {CHECKS_TIMEOUT} s"
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the checks left behind (nothing, normally)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        check(f"phase {phase}: every check passed", rc == 0, f"checks process: exit status {rc}")
+    finally:
+        alive, code = store.stop()
+        check(f"phase {phase}: the store still alive at the end (did not crash)", alive, f"exit code {code}")
+        check_eq(f"phase {phase}: the store exits 0 on SIGTERM", code, 0)
+        if FAILURES:
+            print("---- store output ----\n" + "".join(store.lines))
+    print(f"--    phase {phase}: {time.monotonic() - t0:.1f} s", flush=True)
+
+
+def value_of(args, flag):
+    if flag not in args:
+        return None
+    i = args.index(flag)
+    if i + 1 >= len(args):
+        raise SystemExit(f"{flag} needs a value")
+    del args[i]
+    return args.pop(i)
+
+
 def main():
     args = sys.argv[1:]
+    if CHECKS:
+        return checks(args)
+    python = value_of(args, "--python") or sys.executable
+    expect = value_of(args, "--expect-torch")
     reference = "--reference" in args
     ipv6 = "--ipv6" in args
     paths = [a for a in args if not a.startswith("--")]
-    if (reference and (paths or ipv6)) or (not reference and len(paths) != 1):
+    unknown = [a for a in args if a.startswith("--") and a not in ("--reference", "--ipv6")]
+    if unknown or (reference and (paths or ipv6)) or (not reference and len(paths) != 1):
         print(__doc__)
         return 2
-    command = [sys.executable, "-c", REFERENCE_SERVER] if reference else [paths[0], "--port", "0"]
     if ipv6 and not have_ipv6_loopback():
         print("SKIP: no IPv6 loopback (::1) on this machine")
         return SKIP
     host = "::1" if ipv6 else "127.0.0.1"
-    ctx = multiprocessing.get_context("spawn")
-    print(f"torch {torch.__version__}, client host {host}" + (", REFERENCE: torch's own server" if reference else ""))
-
-    store = StoreProcess(command)
+    store_command = [python, "-c", REFERENCE_SERVER] if reference else [paths[0], "--port", "0"]
+    extra = (["--reference"] if reference else []) + (["--expect-torch", expect] if expect else [])
     t_start = time.monotonic()
-    try:
-        print(f"{'torch server' if reference else 'ddprun-store'} on port {store.port}")
-        s = client(host, store.port)
-        steps = [
-            ("set/get", lambda: test_set_get(s)),
-            ("add", lambda: test_add(s)),
-            ("compare_set", lambda: test_compare_set(s)),
-            ("check", lambda: test_check_exposed(s)),
-            ("wait", lambda: test_wait(s, host, store.port)),
-            ("delete_key/num_keys", lambda: test_delete_num_keys(s)),
-            ("PrefixStore", lambda: test_prefix_store(s)),
-            ("world_size init/", lambda: test_world_size_init(host, store.port)),
-            ("wait woken by others", lambda: test_wait_woken_by_other(s, host, store.port, ctx)),
-            ("concurrent adds", lambda: test_concurrent_adds(host, store.port, ctx)),
-        ]
-        if not ipv6:
-            steps.append(("gloo process group", lambda: test_gloo_process_group(host, store.port, ctx)))
-        for name, fn in steps:
-            t0 = time.monotonic()
-            try:
-                fn()
-            except Exception:
-                check(f"{name}: no unexpected exception", False, traceback.format_exc())
-            print(f"--    {name}: {time.monotonic() - t0:.2f} s", flush=True)
-    finally:
-        alive, code = store.stop()
-        check("ddprun-store still alive at the end (did not crash)", alive, f"exit code {code}")
-        check_eq("ddprun-store exits 0 on SIGTERM", code, 0)
-        if FAILURES:
-            print("---- ddprun-store output ----\n" + "".join(store.lines))
+    phases = ["main"] + ([] if reference or ipv6 else ["keyspaces"])
+    for phase in phases:
+        try:
+            run_phase(phase, store_command, python, host, extra)
+        except Exception:
+            check(f"phase {phase}: no unexpected exception", False, traceback.format_exc())
     print(f"{len(FAILURES)} failure(s) in {time.monotonic() - t_start:.1f} s")
     return 1 if FAILURES else 0
 
