@@ -226,7 +226,16 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
     switch (e.kind) {
       case Event::Kind::kWorkerExited:
         --running;
-        if (stopping) break;
+        if (stopping) {
+          // A worker of the group being stopped for a failure that failed by itself meanwhile (its @record
+          // error file says so; the agent's SIGTERM writes none) is a failure too: the root cause is chosen
+          // among them by timestamp (failure_summary.h), as torchrun does among the failures of one poll.
+          if (!failures.empty() && !e.status.success()) {
+            WorkerFailure f = failure_of(round, e);
+            if (!f.error_file.empty()) failures.push_back(std::move(f));
+          }
+          break;
+        }
         if (e.status.success()) {
           if (++succeeded == nproc) {
             spdlog::info("all {} local workers succeeded", nproc);
@@ -340,8 +349,9 @@ ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, in
         if (failures.empty()) {
           exit_code = stop->exit_code;
         } else {
-          const WorkerFailure& root = failures[root_cause(failures)];
-          exit_code = root.signal != 0 ? 128 + root.signal : root.exit_code;
+          // The first failure seen: the one that stopped the group, whose code the other nodes got too.
+          const WorkerFailure& first = failures.front();
+          exit_code = first.signal != 0 ? 128 + first.signal : first.exit_code;
         }
         if (exit_code == 0) exit_code = 1;
         if (stop->node_rank == node) rdzv_->note_local_failure();

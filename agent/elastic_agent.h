@@ -7,7 +7,7 @@
 //
 //   INIT -> (rendezvous) -> HEALTHY --all succeeded--> SUCCEEDED (exit barrier) -> exit 0
 //                              |--a worker failed / a peer failed--> stop group -> restart (max_restarts)
-//                              |                                     or FAILED -> exit with root cause code
+//                              |                                     or FAILED -> exit with the first failure's code
 //                              '--signal--> forward, grace, SIGKILL -> exit 128+N (or signal_exit_codes)
 //
 // A signal on one node stops every node: the others stop their workers with the same signal, and that

@@ -1,6 +1,7 @@
 #include "agent/failure_summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -67,8 +68,9 @@ std::string read_tail(const std::filesystem::path& path, size_t lines) {
 }
 
 size_t root_cause(const std::vector<WorkerFailure>& failures) {
+  // min_element keeps the first of equal elements: ties go to the failure observed first.
   auto it = std::min_element(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
-    return a.time != b.time ? a.time < b.time : a.rank < b.rank;
+    return std::floor(a.time) < std::floor(b.time);
   });
   return static_cast<size_t>(it - failures.begin());
 }

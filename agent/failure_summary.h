@@ -2,9 +2,10 @@
 //
 // A worker decorated with torch's @record writes TORCHELASTIC_ERROR_FILE as
 //   {"message": {"message": "...", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}
-// (or "message" as a plain string). The root cause is the failure with the earliest timestamp; a worker
-// without an error file is dated by when the agent saw it exit, and its stderr tail stands in for the
-// traceback. Pure except read_error_file/read_tail (file reads); never throws on a malformed file.
+// (or "message" as a plain string); torch 1.13 and 2.6 write the same layout, the timestamp a string of whole
+// seconds. The root cause is the failure with the earliest timestamp; a worker without an error file is dated
+// by when the agent saw it exit, and its stderr tail stands in for the traceback. Pure except
+// read_error_file/read_tail (file reads); never throws on a malformed file.
 #pragma once
 
 #include <chrono>
@@ -39,7 +40,9 @@ struct WorkerFailure {
   std::string traceback;  // from the error file, or the stderr tail
 };
 
-// Index of the root cause (earliest time; ties: lowest rank). `failures` must not be empty.
+// Index of the root cause: the earliest time at one-second resolution (error files have no finer one, so a
+// failure dated 100.7 by its exit is not later than an error file's "100"); ties go to the failure listed
+// first, i.e. observed first. `failures` (in the order observed) must not be empty.
 size_t root_cause(const std::vector<WorkerFailure>& failures);
 // The multi-line summary printed on failure (torchrun's layout: root cause first, then the others).
 std::string format_failure_summary(const std::vector<WorkerFailure>& failures, const std::string& script);

@@ -202,14 +202,28 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
   }
   const auto start = Clock::now();
   const auto deadline = start + options_.join_timeout;
+  int64_t k = index + 1;  // nodes known to have joined
   while (true) {
     auto left = duration_cast<milliseconds>(deadline - Clock::now());
     try {
-      store_->wait({closed}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
-      return;
-    } catch (const TimeoutError&) {
+      try {
+        store_->wait({closed}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
+        return;
+      } catch (const TimeoutError&) {
+      }
+      k = store_->add(joined, 0);
+    } catch (const ConnectionLostError& e) {
+      // Only the store host's agent can take the store away before the round completes: it gave up waiting
+      // (its join timeout, usually a little ahead of ours) or was stopped. Report the timeout, not the
+      // socket.
+      throw RendezvousTimeoutError(
+          "rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": the store at " +
+          store_->endpoint() + " went away while this node waited for at least " + std::to_string(min) +
+          " nodes (" + std::to_string(k) + " had joined): the agent hosting it gave up, most likely at its " +
+          "join timeout (" + std::to_string(options_.join_timeout.count() / 1000) +
+          " s here). Start every node within join_timeout of the first, with the same --rdzv_endpoint and "
+          "--rdzv_id, or lower --nnodes MIN (" + e.what() + ")");
     }
-    int64_t k = store_->add(joined, 0);
     if (Clock::now() >= deadline) {
       std::string names;
       int64_t shown = std::min<int64_t>(k, 16);
@@ -286,16 +300,37 @@ RendezvousInfo DynamicRendezvous::next_rendezvous(int local_world_size) {
                    options_.run_id, r, count);
       stop_round_at(r, RoundStop{RoundStop::Kind::kMembership, -1, "node " + options_.identity + " arrived", 0});
     } else {
-      spdlog::info("rendezvous {}: round {} is full ({} nodes); waiting for it to end", options_.run_id, r, count);
-      auto left = duration_cast<milliseconds>(deadline - Clock::now());
+      spdlog::warn(
+          "rendezvous {}: round {} is running and full ({} nodes = max); waiting for it to end to join the "
+          "next one. If this agent starts a new job, another job with --rdzv_id {} is still running at {}: "
+          "give the new job its own --rdzv_id",
+          options_.run_id, r, count, options_.run_id, store_->endpoint());
+      // The job this node waits to join may finish instead of re-forming: then there is no next round, and
+      // the agent that hosts the store leaves with it. Either way this agent joined another job's run id.
+      auto finished = [&](const std::string& how) {
+        return RendezvousClosedError(
+            "rendezvous '" + options_.run_id + "' at " + store_->endpoint() +
+            ": the job running with this --rdzv_id (round " + std::to_string(r) + ", " +
+            std::to_string(count) + " nodes = max) " + how +
+            " while this agent waited for a place in it. If this agent belongs to a new "
+            "job, that job reuses the --rdzv_id and endpoint of a running one: give it a "
+            "new --rdzv_id (or another port)");
+      };
+      const std::string stop_key = round_key(r, "stop");
+      std::optional<RoundStop> stop;
       try {
-        store_->wait({round_key(r, "stop")}, std::max(milliseconds(1), left));
+        auto left = duration_cast<milliseconds>(deadline - Clock::now());
+        store_->wait({stop_key}, std::max(milliseconds(1), left));
+        stop = decode_round_stop(store_->get(stop_key));
       } catch (const TimeoutError&) {
         throw RendezvousTimeoutError("rendezvous '" + options_.run_id + "': round " + std::to_string(r) +
                                      " stayed full (" + std::to_string(count) + " nodes = max) for " +
                                      std::to_string(options_.join_timeout.count() / 1000) + " s at " +
                                      store_->endpoint());
+      } catch (const ConnectionLostError& e) {
+        throw finished("ended (the store went away: " + std::string(e.what()) + ")");
       }
+      if (stop && stop->kind == RoundStop::Kind::kDone) throw finished("finished");
     }
     ++r;
   }

@@ -18,9 +18,12 @@
 // node ranks deterministically (nodes of the previous round keep their order, newcomers follow, sorted by
 // identity); each node then WAITs for its own assignment. A node arriving after the close: if the round has
 // room it ends the round (kMembership) so that everyone re-joins a bigger one; else it waits for the round to
-// end. Liveness: each running node bumps its heartbeat and watches the next node's (ring order) with its own
-// monotonic clock — no wall clocks are compared across hosts; a neighbour silent for
-// keep_alive_interval × keep_alive_max_attempt is declared dead (kMembership), and the survivors re-join.
+// end (RendezvousClosedError when it ends as kDone or the store goes away: the job finished, so this agent
+// reused a running job's run id). A store lost while waiting for a round to complete is a
+// RendezvousTimeoutError naming the endpoint: its host gave up, usually at its own join timeout. Liveness:
+// each running node bumps its heartbeat and watches the next node's (ring order) with its own monotonic clock
+// — no wall clocks are compared across hosts; a neighbour silent for keep_alive_interval ×
+// keep_alive_max_attempt is declared dead (kMembership), and the survivors re-join.
 //
 // Threads: the agent loop calls next_rendezvous/stop_round/node_done; its watcher thread calls
 // wait_round_stopped, which also sends the heartbeats. Each uses its own connection.
@@ -87,6 +90,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::vector<int> unresponsive_nodes() override;
 
   bool hosts_store() const { return server_ != nullptr; }
+  // The store's port: the endpoint's, or the one picked when this node hosts the store on port 0.
+  uint16_t store_port() const { return options_.endpoint_port; }
 
  private:
   std::string key(const std::string& k) const { return keys_.key(k); }

@@ -112,28 +112,41 @@ RendezvousInfo StaticRendezvous::next_rendezvous(int local_world_size) {
   while (true) {
     auto left = duration_cast<milliseconds>(deadline - Clock::now());
     try {
-      store_->wait({complete}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
-      break;
-    } catch (const TimeoutError&) {
-      int64_t now_joined = store_->add(round_key(r, "joined"), 0);
-      if (Clock::now() < deadline) {
-        spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for the others at {}", options_.run_id, r,
-                     now_joined, n, store_->endpoint());
-        continue;
+      try {
+        store_->wait({complete}, std::max(milliseconds(1), std::min(left, options_.progress_interval)));
+        break;
+      } catch (const TimeoutError&) {
       }
-      std::string missing;
-      for (int i = 0; i < n; ++i) {
-        if (!store_->check({round_key(r, "lws/" + std::to_string(i))})) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-        }
-      }
+      joined = store_->add(round_key(r, "joined"), 0);
+    } catch (const ConnectionLostError& e) {
+      // Node 0's agent hosts the store; it leaves before the round completes only when it gave up waiting
+      // (its join timeout, usually a little ahead of ours) or was stopped. Report the timeout, not the
+      // socket.
       throw RendezvousTimeoutError(
-          "rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": only " +
-          std::to_string(now_joined) + " of " + std::to_string(n) + " nodes joined within " +
-          std::to_string(options_.join_timeout.count() / 1000) + " s at " + store_->endpoint() +
-          "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " + std::to_string(n) +
-          " and the same --master_addr/--master_port");
+          "rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": the store at " +
+          store_->endpoint() + " (node 0's agent) went away while this node waited for the other nodes (" +
+          std::to_string(joined) + " of " + std::to_string(n) + " had joined): node 0 gave up, most likely " +
+          "at its join timeout (" + std::to_string(options_.join_timeout.count() / 1000) +
+          " s here). Start ddprun on every node within join_timeout of the first, with --nnodes " +
+          std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
     }
+    if (Clock::now() < deadline) {
+      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for the others at {}",
+                   options_.run_id, r, joined, n, store_->endpoint());
+      continue;
+    }
+    std::string missing;
+    for (int i = 0; i < n; ++i) {
+      if (!store_->check({round_key(r, "lws/" + std::to_string(i))})) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+      }
+    }
+    throw RendezvousTimeoutError(
+        "rendezvous '" + options_.run_id + "' round " + std::to_string(r) + ": only " +
+        std::to_string(joined) + " of " + std::to_string(n) + " nodes joined within " +
+        std::to_string(options_.join_timeout.count() / 1000) + " s at " + store_->endpoint() +
+        "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
+        std::to_string(n) + " and the same --master_addr/--master_port");
   }
   std::vector<std::string> lws_keys;
   for (int i = 0; i < n; ++i) lws_keys.push_back(round_key(r, "lws/" + std::to_string(i)));

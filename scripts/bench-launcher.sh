@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# Launcher benchmark: ddprun against torchrun (torch 1.13's torch.distributed.run), in one run, with the same
-# worker program (tests/bin/fake_worker via --no_python) for both.
+# Launcher benchmark: ddprun against torchrun of torch 1.13 (this machine's torch.distributed.run) and of
+# torch 2.6 (/usr/bin/torchrun in the Debian 13 root of scripts/torch26-root.sh), in one run, with the same
+# worker program (tests/bin/fake_worker via --no_python) for all.
 #
 #   scripts/bench-launcher.sh [BUILD_DIR]      (default BUILD_DIR: <repo>/build-bench-launcher, Release)
 #
-# Builds ddprun and fake_worker, then scripts/bench/launcher_bench.py measures, for ddprun, torchrun with its
-# defaults (--monitor_interval 5 in 1.13) and torchrun --monitor_interval 0.1:
+# Builds ddprun and fake_worker, then scripts/bench/launcher_bench.py measures, for ddprun, torchrun 1.13 with
+# its defaults (--monitor_interval 5), torchrun 1.13 --monitor_interval 0.1 and torchrun 2.6 (its defaults:
+# --monitor_interval 0.1; started as `scripts/torch26-root.sh run /usr/bin/torchrun`):
 #   launch-to-exit of --standalone --nproc_per_node 8 no-op workers; restart latency from a worker crash to
 #   the replacements running (--max_restarts 1); the agent's peak RSS. See launcher_bench.py for the method.
-# Prints a Markdown table on stdout (progress on stderr); the raw results go to BUILD_DIR/bench-launcher.json.
-# Takes about 3-4 minutes after the build, mostly torchrun. No torchrun run is started that would likely end
-# later than BENCH_DEADLINE_S (default 420) seconds after the script started (build included), so the whole
-# script ends within about 7.5 minutes; the table counts the runs skipped for this.
+# The torch 2.6 root's wrapper (unshare, bind mounts, chroot) is timed alone in the same run
+# (`torch26-root.sh run /bin/true`) and the table has a launch row with its median subtracted.
+# Prints a Markdown table on stdout (progress on stderr), with the load average (/proc/loadavg, as `uptime`
+# shows it) before and after; the raw results go to BENCH_RESULTS_DIR/bench-launcher.json (default
+# BUILD_DIR). Takes about 4-5 minutes after the build on a quiet machine, mostly torchrun. No torchrun run is
+# started that would likely end later than BENCH_DEADLINE_S (default 600) seconds after the script started
+# (build included), so the whole script ends within about 11 minutes; the table counts the runs skipped.
 #
-# Environment: BENCH_NPROC (8), BENCH_REPS_DDPRUN (20), BENCH_REPS_TORCH (5), BENCH_RESTART_REPS_DDPRUN (20),
-# BENCH_RESTART_REPS_TORCH (4), BENCH_DEADLINE_S (420), BENCH_LAUNCHERS (ddprun,torchrun,torchrun-0.1),
-# TORCH_PYTHON (a Python with torch, default /usr/bin/python3), BENCH_NICE (run the measurement under
-# `nice -n BENCH_NICE`, e.g. -10 as root on a machine shared with builds; unset: as started).
+# Environment: BENCH_NPROC (8), BENCH_REPS_DDPRUN (20), BENCH_REPS_TORCH (7), BENCH_RESTART_REPS_DDPRUN (20),
+# BENCH_RESTART_REPS_TORCH (5), BENCH_WRAPPER_REPS (10), BENCH_DEADLINE_S (600),
+# BENCH_LAUNCHERS (ddprun,torchrun,torchrun-0.1,torchrun-2.6; torchrun-2.6 is left out when the root is not
+# built), TORCH_PYTHON (a Python with torch 1.13, default /usr/bin/python3), BENCH_NICE (run the measurement
+# under `nice -n BENCH_NICE`, e.g. -10 as root on a machine shared with builds; unset: as started),
+# BENCH_BUILD (1: configure and build BUILD_DIR as Release; 0: use BUILD_DIR as it is, e.g. the shared
+# RelWithDebInfo build, without touching it).
 # torchrun always gets --redirects 1 --tee 1 (Debian's torch 1.13.1 on Python 3.11 crashes with the default
-# 0/0); ddprun gets the same flags.
+# 0/0); ddprun and torchrun 2.6 get the same flags.
 # Needs /usr/bin/time (Debian package `time`; installed with apt-get when missing and running as root).
 # Exit codes: 0 done (failed runs show in the table), 1 build failed, no torch or no /usr/bin/time.
 set -euo pipefail
@@ -34,19 +42,37 @@ log() { echo "bench-launcher: $*" >&2; }
 # fake_worker lives with the tests, so tests stay on (only the two targets are built). -Werror is off here:
 # GCC 12 at -O3 can report false -Wmaybe-uninitialized warnings (seen in agent/elastic_agent.cc); the test
 # builds keep -Werror on.
-log "building ddprun and fake_worker in $build (Release)"
-mkdir -p "$build"
-# In its own process group (setsid), waited for with `wait`, so that INT/TERM stop the build at once.
-setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF &&
-  ninja -C "$2" -j2 ddprun fake_worker' build "$repo" "$build" >"$build/bench-launcher-build.log" 2>&1 &
-build_pid=$!
-trap 'kill -- -$build_pid 2>/dev/null; exit 130' INT TERM
-if ! wait "$build_pid"; then
-  cat "$build/bench-launcher-build.log" >&2
-  log "build failed"
-  exit 1
+if [[ ${BENCH_BUILD:-1} == 0 ]]; then
+  log "using $build as built (BENCH_BUILD=0)"
+  for program in "$build/launcher/ddprun" "$build/tests/bin/fake_worker"; do
+    [[ -x $program ]] || { log "missing $program"; exit 1; }
+  done
+else
+  log "building ddprun and fake_worker in $build (Release)"
+  mkdir -p "$build"
+  # In its own process group (setsid), waited for with `wait`, so that INT/TERM stop the build at once.
+  setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF &&
+    ninja -C "$2" -j2 ddprun fake_worker' build "$repo" "$build" >"$build/bench-launcher-build.log" 2>&1 &
+  build_pid=$!
+  trap 'kill -- -$build_pid 2>/dev/null; exit 130' INT TERM
+  if ! wait "$build_pid"; then
+    cat "$build/bench-launcher-build.log" >&2
+    log "build failed"
+    exit 1
+  fi
+  trap - INT TERM
 fi
-trap - INT TERM
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+launchers=${BENCH_LAUNCHERS:-ddprun,torchrun,torchrun-0.1,torchrun-2.6}
+torch26_args=()
+if "$repo/scripts/torch26-root.sh" path >/dev/null 2>&1; then
+  torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh")
+elif [[ ,$launchers, == *,torchrun-2.6,* ]]; then
+  log "no torch 2.6 root (scripts/torch26-root.sh builds it): torchrun-2.6 left out"
+  launchers=$(echo ",$launchers," | sed 's/,torchrun-2\.6,/,/; s/^,//; s/,$//')
+fi
+results_dir=${BENCH_RESULTS_DIR:-$build}
+mkdir -p "$results_dir"
 if [[ ! -x /usr/bin/time ]] && [[ $(id -u) == 0 ]]; then
   log "installing the package 'time' for /usr/bin/time"
   apt-get install -y -qq time >&2 || true
@@ -86,13 +112,14 @@ nice_cmd=()
 [[ -n ${BENCH_NICE:-} ]] && nice_cmd=(nice -n "$BENCH_NICE")
 BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/launcher_bench.py" \
   --ddprun "$build/launcher/ddprun" --worker "$build/tests/bin/fake_worker" --python "$python" \
-  --nproc "${BENCH_NPROC:-8}" --reps-ddprun "${BENCH_REPS_DDPRUN:-20}" --reps-torch "${BENCH_REPS_TORCH:-5}" \
+  "${torch26_args[@]}" --build-type "${build_type:-?}" --wrapper-reps "${BENCH_WRAPPER_REPS:-10}" \
+  --nproc "${BENCH_NPROC:-8}" --reps-ddprun "${BENCH_REPS_DDPRUN:-20}" --reps-torch "${BENCH_REPS_TORCH:-7}" \
   --restart-reps-ddprun "${BENCH_RESTART_REPS_DDPRUN:-20}" \
-  --restart-reps-torch "${BENCH_RESTART_REPS_TORCH:-4}" \
-  --stop-at "$((start + ${BENCH_DEADLINE_S:-420}))" \
-  --launchers "${BENCH_LAUNCHERS:-ddprun,torchrun,torchrun-0.1}" \
-  --token "$token" --json "$build/bench-launcher.json" &
+  --restart-reps-torch "${BENCH_RESTART_REPS_TORCH:-5}" \
+  --stop-at "$((start + ${BENCH_DEADLINE_S:-600}))" \
+  --launchers "$launchers" \
+  --token "$token" --json "$results_dir/bench-launcher.json" &
 helper_pid=$!
 wait "$helper_pid"
 helper_pid=""
-log "raw results: $build/bench-launcher.json"
+log "raw results: $results_dir/bench-launcher.json"

@@ -5,6 +5,7 @@
 #                                      returns when `sinfo` shows the N nodes idle
 #   scripts/slurm-cluster.sh down      stop every daemon started by `up`, remove Slurm's state, the /etc/hosts
 #                                      entries and the hosts (test-cluster.sh down)
+#   scripts/slurm-cluster.sh install   only install slurm-wlm and munge when missing (as `up` does)
 #   scripts/slurm-cluster.sh status    daemons, `sinfo`
 #   eval "$(scripts/slurm-cluster.sh env)"   SLURM_CONF for sbatch/srun/squeue/scancel in this shell
 #
@@ -17,12 +18,20 @@
 # system-wide munge or Slurm is neither needed nor touched. Plugins: proctrack/linuxproc, task/none, no
 # accounting; KillWait=5 s (scancel: SIGTERM, 5 s grace, SIGKILL). Jobs run as root.
 #
+# `up` starts from a clean slate: the daemons of an earlier `up` (found by their pid files) are stopped and the
+# hosts are recreated (test-cluster.sh down, then up), so nothing an earlier, interrupted run left on them (a
+# slurmstepd, a job's processes) survives. Start-up waits are bounded by DDPRUN_SLURM_START_TIMEOUT seconds each
+# (default 180: a loaded 2-core machine is slow, an idle one takes ~2 s in all) and end at once, with the
+# daemon's log, when a daemon exits.
+#
 # State: everything lives in $DDPRUN_SLURM_DIR (default /tmp/ddprun-slurm): slurm.conf, logs (slurmctld.log,
 # slurmd-nI.log, munged.log), spool and state directories, pid files. Installs slurm-wlm and munge with apt-get
 # when they are missing (scripts/install-deps.sh with DDPRUN_DEPS_SLURM=1).
 #
-# Needs root (exit 77 without it, or when the hosts cannot be created). Exit codes: 0 ok, 1 failure, 2 usage,
-# 77 skipped. A failed `up` runs `down`.
+# Needs root (exit 77 without it, or when the hosts cannot be created, or Slurm is missing and cannot be
+# installed): 77 means "this machine cannot run a Slurm cluster". Exit codes: 0 ok, 1 failure (the cluster should
+# have started: the message and the daemons' last log lines say why), 2 usage, 77 cannot run here. A failed `up`
+# runs `down`.
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,10 +43,11 @@ readonly SUBNET=10.99.0
 readonly CTLD_ADDR=$SUBNET.254
 readonly HOSTS_MARK="# ddprun-slurm-cluster"
 readonly NODE_CPUS=4
+readonly START_TIMEOUT=${DDPRUN_SLURM_START_TIMEOUT:-180}
 export SLURM_CONF=$CONF
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -81,23 +91,39 @@ close_fds() {
   return 0
 }
 
+# Pid files of the daemons spawned by this `up`: a wait ends as soon as one of them has exited.
+spawned=()
+
 # Starts "$@" in the background, detached (own session, no terminal), output to log file $1; writes the pid to $2.
 spawn() {
   local logfile=$1 pidfile=$2
   shift 2
   (close_fds && exec setsid "$@" </dev/null >>"$logfile" 2>&1) &
   echo $! >"$pidfile"
+  spawned+=("$pidfile")
 }
 
-wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s
-  local secs=$1 what=$2 deadline
+dead_daemon() {  # prints the first spawned daemon that is no longer running (its pid file's name); 1 if none
+  local f
+  for f in "${spawned[@]}"; do
+    pid_alive "$(read_pid "$f")" || { basename "$f" .daemon; return 0; }
+  done
+  return 1
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s; 1 on timeout or a dead daemon
+  local secs=$1 what=$2 deadline started=$SECONDS dead
   shift 2
   deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || return 1
+    if dead=$(dead_daemon); then
+      log "$dead exited while waiting for: $what"
+      return 1
+    fi
+    ((SECONDS < deadline)) || { log "no '$what' after $secs s"; return 1; }
     sleep 0.2
   done
-  log "$what"
+  log "$what ($((SECONDS - started)) s)"
 }
 
 set_etc_hosts() {  # rewrites /etc/hosts in place (it may be a bind mount): our block for n1..n$1, or none
@@ -165,7 +191,7 @@ start_munge() {
   (close_fds && exec runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
     --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" --seed-file="$DIR/munge/munged.seed") ||
     die "munged did not start (see $DIR/munge/munged.log)"
-  wait_for 10 "munged is up" munge -S "$DIR/munge/munge.socket" -n ||
+  wait_for "$START_TIMEOUT" "munged is up" munge -S "$DIR/munge/munge.socket" -n ||
     die "munged does not answer on $DIR/munge/munge.socket"
 }
 
@@ -188,20 +214,23 @@ cmd_up() {
   local n=$1 i ns rc=0
   if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > 200)); then die "up: N must be 1..200 (got '$n')"; fi
   install_slurm
+  # A clean slate: an earlier cluster's daemons, and whatever an interrupted run left on the hosts.
+  stop_daemons
+  bash "$CLUSTER" down >&2 || rc=$?
+  ((rc == 0)) || { ((rc == 77)) && exit 77; die "test-cluster.sh down failed"; }
   bash "$CLUSTER" up "$n" >&2 || rc=$?
   if ((rc != 0)); then
     ((rc == 77)) && exit 77
     die "test-cluster.sh up $n failed"
   fi
   trap up_failed EXIT  # any failure from here on (die, set -e) tears everything down
-  stop_daemons
   rm -rf "$DIR"
   mkdir -p "$DIR/ctld-state"
   set_etc_hosts "$n"
   write_conf "$n"
   start_munge
   spawn "$DIR/slurmctld.out" "$DIR/slurmctld.daemon" slurmctld -D -i -f "$CONF"
-  wait_for 30 "slurmctld is up" scontrol ping || die "slurmctld does not answer (see $DIR/slurmctld.log)"
+  wait_for "$START_TIMEOUT" "slurmctld is up" scontrol ping || die "slurmctld does not answer (see $DIR/slurmctld.log)"
   for ((i = 1; i <= n; i++)); do
     ns=/var/run/netns/ddprun-h$i
     [[ -e $ns ]] || die "host $i (namespace $ns) does not exist"
@@ -209,7 +238,7 @@ cmd_up() {
     spawn "$DIR/slurmd-n$i.out" "$DIR/slurmd-n$i.daemon" nsenter --net="$ns" unshare --uts -- \
       sh -c 'hostname "$0" && exec slurmd -D -N "$0" -f "$1"' "n$i" "$CONF"
   done
-  wait_for 60 "$n node(s) idle" nodes_idle "$n" || die "nodes not idle after 60 s: $(sinfo -N 2>&1)"
+  wait_for "$START_TIMEOUT" "$n node(s) idle" nodes_idle "$n" || die "the nodes are not idle: $(sinfo -N 2>&1)"
   trap - EXIT
   sinfo >&2
 }
@@ -257,6 +286,7 @@ shift
 case $sub in
   up) [[ $# -eq 1 ]] || usage; need_root; cmd_up "$1" ;;
   down) [[ $# -eq 0 ]] || usage; need_root; cmd_down; log "down" ;;
+  install) [[ $# -eq 0 ]] || usage; need_root; install_slurm ;;
   status) [[ $# -eq 0 ]] || usage; cmd_status ;;
   env) [[ $# -eq 0 ]] || usage; echo "export SLURM_CONF=$CONF" ;;
   -h | --help | help) usage ;;

@@ -20,12 +20,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "catch_compat.h"
 
 extern char** environ;
 

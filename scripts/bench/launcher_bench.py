@@ -1,7 +1,17 @@
-"""Launcher benchmark: ddprun against torchrun (torch.distributed.run), same workers, one run.
+"""Launcher benchmark: ddprun against torchrun (torch.distributed.run) of torch 1.13 and 2.6, same workers, one run.
 
 Run by scripts/bench-launcher.sh (which builds ddprun and fake_worker); standard library only, so any
-Python 3.8+ runs it (the torch Python only runs torchrun itself).
+Python 3.8+ runs it (the torch Pythons only run torchrun itself).
+
+Launchers (--launchers): ddprun; torchrun = torch 1.13's, `PYTHON -m torch.distributed.run` with its defaults
+(--monitor_interval 5); torchrun-0.1 = the same with --monitor_interval 0.1; torchrun-2.6 = torch 2.6's
+/usr/bin/torchrun inside the Debian 13 root, `TORCH26_ROOT_SH run /usr/bin/torchrun` (--torch26-root; its
+default --monitor_interval is 0.1). That wrapper (unshare, bind mounts, chroot: no exec of its own in the
+end, the PID stays) is not part of torchrun: its cost alone is measured in the same run as `TORCH26_ROOT_SH
+run /bin/true` (--wrapper-reps runs, interleaved like the others) and reported, and the launch-to-exit
+table has a row with its median subtracted. The restart latency needs no correction: crash and replacements
+both happen inside the root, after the wrapper. fake_worker (a host binary) runs inside the root too: /work
+and /tmp are bind-mounted there, and the root's libstdc++ is newer than the host's.
 
 Measured per launcher, every run with `--standalone --nproc_per_node N --redirects 1 --tee 1 --log_dir DIR
 --no_python <fake_worker> ...` and OMP_NUM_THREADS=1 (torchrun warns otherwise):
@@ -162,18 +172,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ddprun", required=True)
     ap.add_argument("--worker", required=True, help="fake_worker binary")
-    ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch, for torchrun")
+    ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch 1.13, for torchrun")
+    ap.add_argument("--torch26-root", help="scripts/torch26-root.sh, for torchrun-2.6 (`... run /usr/bin/torchrun`)")
+    ap.add_argument("--wrapper-reps", type=int, default=10, help="runs of `TORCH26_ROOT_SH run /bin/true`")
+    ap.add_argument("--build-type", default="?", help="ddprun's CMAKE_BUILD_TYPE, for the report")
     ap.add_argument("--nproc", type=int, default=8)
     ap.add_argument("--reps-ddprun", type=int, default=20)
-    ap.add_argument("--reps-torch", type=int, default=5)
+    ap.add_argument("--reps-torch", type=int, default=7)
     ap.add_argument("--restart-reps-ddprun", type=int, default=20)
-    ap.add_argument("--restart-reps-torch", type=int, default=4)
+    ap.add_argument("--restart-reps-torch", type=int, default=5)
     ap.add_argument("--rss-reps", type=int, default=1, help="RSS runs per launcher")
     ap.add_argument("--stop-at", type=float, default=time.time() + 380,
                     help="unix time: no torchrun run is started that would likely end after it")
     ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
     ap.add_argument("--json", help="write the raw results here")
-    ap.add_argument("--launchers", default="ddprun,torchrun,torchrun-0.1")
+    ap.add_argument("--launchers", default="ddprun,torchrun,torchrun-0.1,torchrun-2.6")
     args = ap.parse_args()
     if args.nproc < 1:
         ap.error("--nproc must be >= 1")
@@ -184,10 +197,13 @@ def main():
         "torchrun": {"argv": torchrun, "timeout": 90, "extra": []},
         "torchrun-0.1": {"argv": torchrun, "timeout": 90, "extra": ["--monitor_interval", "0.1"]},
     }
+    if args.torch26_root:
+        all_launchers["torchrun-2.6"] = {"argv": [args.torch26_root, "run", "/usr/bin/torchrun"], "timeout": 90,
+                                         "extra": []}
     names = [n for n in args.launchers.split(",") if n]
     for n in names:
         if n not in all_launchers:
-            ap.error(f"unknown launcher {n}")
+            ap.error(f"unknown launcher {n}" + (" (needs --torch26-root)" if n == "torchrun-2.6" else ""))
     launchers = {n: all_launchers[n] for n in names}
 
     work = tempfile.mkdtemp(prefix="ddprun-bench-launcher-")
@@ -220,15 +236,31 @@ def measure(args, launchers, work):
         out = []
         for a in argv:
             a = a.replace(args.ddprun, "ddprun").replace(args.worker, "fake_worker").replace(work, "$TMP")
+            if args.torch26_root:
+                a = a.replace(args.torch26_root, "scripts/torch26-root.sh")
             out.append("torchrun" if a == "torch.distributed.run" else a)
         s = re.sub(r"\$TMP/(logs|stamp)-[0-9]+", r"$TMP/\1-K", " ".join(out))
         return s.replace(f"{args.python} -m torchrun", "torchrun")
 
     results = {n: {"launch": [], "restart": [], "restart_first": [], "maxrss": [], "hwm": [], "failed": 0,
                    "leaked": 0, "commands": {}} for n in launchers}
+    # The torch 2.6 root's wrapper alone: `torch26-root.sh run /bin/true`, timed like a launch.
+    wrapper = {"launch": [], "failed": 0} if "torchrun-2.6" in launchers else None
     slowest = {}  # (launcher, kind) -> longest wall time so far, seconds
 
+    def probe_wrapper():
+        res = run_once([args.torch26_root, "run", "/bin/true"], env, os.path.join(work, "wrapper.log"), 30)
+        ok = res["rc"] == 0 and not res["timed_out"]
+        print(f"  {'wrapper':13} {'probe':8} {res['wall_ns'] / 1e6:9.1f} ms  {'ok' if ok else 'FAILED'}",
+              file=sys.stderr, flush=True)
+        if ok:
+            wrapper["launch"].append(res["wall_ns"] / 1e6)
+        else:
+            wrapper["failed"] += 1
+
     def one(name, kind, counted=True):
+        if name == "wrapper":
+            return probe_wrapper()
         stamp = os.path.join(work, f"stamp-{counter[0] + 1}") if kind == "restart" else None
         argv = command(name, kind, stamp)
         r = results[name]
@@ -296,6 +328,9 @@ def measure(args, launchers, work):
                            ("rss", args.rss_reps)):
             for i in range(reps):
                 plan.append(((i + 0.5) / reps, name, kind))
+    if wrapper is not None:
+        for i in range(args.wrapper_reps):
+            plan.append(((i + 0.5) / args.wrapper_reps, "wrapper", "probe"))
     plan.sort(key=lambda p: p[0])
 
     load_before = open("/proc/loadavg").read().split()[:3]
@@ -308,7 +343,7 @@ def measure(args, launchers, work):
         expected = slowest.get((name, kind), slowest.get((name, "launch"), 0))
         if kind == "restart" and (name, kind) not in slowest:
             expected *= 2
-        if name != "ddprun" and time.time() + expected > args.stop_at:
+        if name not in ("ddprun", "wrapper") and time.time() + expected > args.stop_at:
             skipped[name] += 1
             continue
         one(name, kind)
@@ -319,8 +354,17 @@ def measure(args, launchers, work):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average "
           f"before {' '.join(load_before)}, after {' '.join(load_after)}; niceness {os.nice(0)}; "
-          f"measurement took {elapsed:.0f} s.")
-    print(f"Workers: {args.nproc} × fake_worker (peak RSS alone {worker_rss / 1024:.1f} MiB).\n")
+          f"measurement took {elapsed:.0f} s; ddprun build {args.build_type}.")
+    print(f"Workers: {args.nproc} × fake_worker (peak RSS alone {worker_rss / 1024:.1f} MiB).")
+    wrapper_median = statistics.median(wrapper["launch"]) if wrapper and wrapper["launch"] else None
+    if wrapper is not None:
+        w = wrapper["launch"]
+        text = f"no successful run ({wrapper['failed']} failed)"
+        if w:
+            text = (f"median {wrapper_median:.1f} ms, p90 {quantile(w, 0.9):.1f} ms, min {min(w):.1f} ms "
+                    f"({len(w)} runs, {wrapper['failed']} failed)")
+        print(f"torch 2.6 root wrapper alone (`torch26-root.sh run /bin/true`): {text}.")
+    print()
 
     def ms(x):
         if x is None:
@@ -334,8 +378,9 @@ def measure(args, launchers, work):
                 "max": max(xs)}[what]
 
     cols = sorted(launchers, key=lambda n: n != "ddprun")
-    header = {"ddprun": "ddprun", "torchrun": "torchrun (defaults: monitor 5 s)",
-              "torchrun-0.1": "torchrun --monitor_interval 0.1"}
+    header = {"ddprun": "ddprun", "torchrun": "torchrun 1.13 (defaults: monitor 5 s)",
+              "torchrun-0.1": "torchrun 1.13 --monitor_interval 0.1",
+              "torchrun-2.6": "torchrun 2.6 (defaults: monitor 0.1 s), in the root"}
     targets = {("launch", "median"): "≤ 30 ms", ("restart", "median"): "≤ 50 ms",
                ("maxrss", "max"): "≤ 10 MiB"}
     line = "| metric | target |"
@@ -349,12 +394,15 @@ def measure(args, launchers, work):
     print(line)
     print(sep)
 
-    def row(label, key, what, fmt):
-        target = targets.get((key, what), "")
+    def row(label, key, what, fmt, minus=None):
+        """minus: {launcher: ms} subtracted from that launcher's figure; the others show '—'."""
+        target = targets.get((key, what), "") if minus is None else ""
         out = f"| {label} | {target} |"
         base = stat(results["ddprun"][key], what) if "ddprun" in launchers else None
         for c in cols:
             v = stat(results[c][key], what)
+            if minus is not None:
+                v = v - minus[c] if v is not None and c in minus else None
             out += f" {fmt(v)} |"
             if c != "ddprun" and "ddprun" in launchers:
                 out += f" {v / base:,.0f}× |" if v is not None and base else " — |"
@@ -366,6 +414,9 @@ def measure(args, launchers, work):
                        ("restart_first", "restart: crash → first replacement started")):
         for what in ("median", "p90", "min"):
             row(f"{label}, {what}", key, what, ms)
+        if key == "launch" and wrapper_median is not None:
+            row(f"launch-to-exit, median, minus the root wrapper's median ({wrapper_median:.0f} ms)", key,
+                "median", ms, minus={"torchrun-2.6": wrapper_median})
     row("agent peak RSS (`/usr/bin/time -f %M`, max of runs)", "maxrss", "max", mib)
     row("agent peak RSS (its VmHWM sampled every 1 ms, max of runs)", "hwm", "max", mib)
     counts = "| runs: launch / restart / rss / failed / leaked processes / skipped (time limit) | |"
@@ -378,8 +429,8 @@ def measure(args, launchers, work):
             counts += " |"
     print(counts)
     print("\nCommands (`fake_worker` = BUILD/tests/bin/fake_worker, `$TMP/logs-K` and `$TMP/stamp-K` "
-          f"fresh per run; torchrun = {args.python} -m torch.distributed.run; the rss runs are the launch "
-          "command under `/usr/bin/time -f %M`):\n")
+          f"fresh per run; torchrun = {args.python} -m torch.distributed.run (torch 1.13); the rss runs are the "
+          "launch command under `/usr/bin/time -f %M`):\n")
     print("```")
     for c in cols:
         for kind in ("launch", "restart"):
@@ -392,7 +443,8 @@ def measure(args, launchers, work):
             machine = {"cpus": os.cpu_count(), "cpu": cpu, "load_before": load_before,
                        "load_after": load_after, "niceness": os.nice(0)}
             json.dump({"machine": machine, "worker_rss_kb": worker_rss, "nproc": args.nproc,
-                       "results": results, "skipped": skipped}, f, indent=1)
+                       "build_type": args.build_type, "wrapper": wrapper, "results": results,
+                       "skipped": skipped}, f, indent=1)
     return 0
 
 

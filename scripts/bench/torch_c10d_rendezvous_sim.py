@@ -1,23 +1,35 @@
 #!/usr/bin/python3
-"""N simulated nodes run torch 1.13's own elastic rendezvous (c10d backend) against one TCPStore.
+"""N simulated nodes run torch's own elastic rendezvous (c10d backend; torch 1.13 or 2.x) against one TCPStore.
 
     /usr/bin/python3 scripts/bench/torch_c10d_rendezvous_sim.py --nodes N [--store torch|ddprun]
-                     [--ddprun-store PATH] [--timeout S]
+                     [--ddprun-store PATH | --store-port PORT] [--in PYTHON] [--timeout S]
 
 The counterpart of ddprun-rendezvous-sim, for scripts/bench-rendezvous.sh. A benchmark, not a test.
 
 What it does, in order:
   1. starts the store: --store torch hosts torch's own TCPStore server in this process (a master TCPStore,
-     whose server is a C++ thread); --store ddprun starts PATH (ddprun-store --port 0), wire compatible;
+     whose server is a C++ thread); --store ddprun starts PATH (ddprun-store --port 0), wire compatible, or
+     with --store-port uses a ddprun-store already listening on 127.0.0.1:PORT;
   2. builds N nodes on the main thread (not timed): each a TCPStore client of its own, a
      C10dRendezvousBackend(store, run_id) and DynamicRendezvousHandler.from_backend(...) with
      min_nodes = max_nodes = N, exactly what torchrun's c10d backend builds per agent;
   3. starts one thread per node, parked on a barrier; when all are parked, releases them; each calls
      next_rendezvous() and stamps time.monotonic() before and after;
   4. verifies: ranks 0..N-1 each exactly once, world size N for every node;
-  5. prints one JSON line: wall_ms = last return - first call, phases like the C++ simulation, and for
-     --store ddprun the requests the store served in the whole run (setup included: each node's client
-     ADDs "init/" once and its backend does one COMPARE_SET; ddprun-store logs the count when stopped).
+  5. prints one JSON line: wall_ms = last return - first call, phases like the C++ simulation, the torch
+     version, and for --store ddprun the requests the store served in the whole run (setup included: each
+     node's client ADDs "init/" once and its backend does one COMPARE_SET; ddprun-store logs the count when
+     stopped; not known with --store-port).
+
+--in PYTHON (e.g. scripts/torch26-python, torch 2.6 in a Debian 13 root): this process only starts and stops
+the ddprun-store (so that the store runs with this machine's libraries, not the root's) and runs the
+simulation itself as `PYTHON <this script> ... --store-port PORT`; it prints the child's JSON line with the
+store's request count added. With --store torch, the child hosts torch's server itself.
+
+Versions: torch 2.x's next_rendezvous returns a RendezvousInfo (1.13: a tuple), and with the default
+TCPStore sharing (TORCH_DISABLE_SHARE_RDZV_TCP_STORE unset) its rank-0 node also starts a TCPStore server
+of its own and every node reads its address from the store (2 more requests per node): torchrun 2.x does the
+same, so it is measured as part of the round.
 
 Timeouts (RendezvousTimeout; torch requires each to be positive): join = --timeout, last_call = 1 ms,
 close = 30 s, heartbeat = 5 s. With min_nodes = max_nodes the round completes when the N-th node joins
@@ -26,7 +38,7 @@ value in from_backend). Torch's own protocol waits: a node first sleeps a random
 node that must wait polls the state every 1 s; both are part of what is measured.
 
 Exit codes: 0 round complete and verified; 1 a node failed or timed out, or the check failed (the JSON line
-says why); 2 torch missing.
+says why); 2 torch missing (or --in PYTHON printed no JSON line).
 """
 import argparse
 import json
@@ -39,17 +51,21 @@ import threading
 import time
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-        DynamicRendezvousHandler,
-        RendezvousTimeout,
-    )
-except ImportError as exc:  # plain python3 on PATH may be a Python without torch
-    print(f"torch_c10d_rendezvous_sim: {exc}; run it with /usr/bin/python3", file=sys.stderr)
-    sys.exit(2)
+
+def import_torch():
+    """The torch modules the simulation needs; exits 2 when this Python has no torch."""
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+            DynamicRendezvousHandler,
+            RendezvousTimeout,
+        )
+    except ImportError as exc:  # plain python3 on PATH may be a Python without torch
+        print(f"torch_c10d_rendezvous_sim: {exc}; run it with /usr/bin/python3", file=sys.stderr)
+        sys.exit(2)
+    return torch, dist, C10dRendezvousBackend, DynamicRendezvousHandler, RendezvousTimeout
 
 
 def start_ddprun_store(path):
@@ -77,6 +93,38 @@ def stop_ddprun_store(proc):
     return int(m.group(1)) if m else None
 
 
+def delegate(args, proc_holder):
+    """--in PYTHON: runs the simulation as a child in PYTHON (the store, if ddprun's, here); never returns."""
+    child = [args.in_python, os.path.abspath(__file__), "--nodes", str(args.nodes), "--store", args.store,
+             "--timeout", str(args.timeout)]
+    proc = None
+    if args.store == "ddprun":
+        if args.store_port is not None:
+            child += ["--store-port", str(args.store_port)]
+        else:
+            proc, port = start_ddprun_store(args.ddprun_store)
+            proc_holder.append(proc)
+            child += ["--store-port", str(port)]
+    try:
+        res = subprocess.run(child, stdout=subprocess.PIPE, text=True, timeout=args.timeout + 90)
+        lines = res.stdout.strip().splitlines()
+    except subprocess.TimeoutExpired:
+        lines = []
+    line = lines[-1] if lines else ""
+    if not line.startswith("{"):
+        print(json.dumps({"nodes": args.nodes, "store": args.store, "ok": False,
+                          "error": f"{args.in_python} printed no result"}), flush=True)
+        sys.exit(2)
+    out = json.loads(line)
+    if proc is not None:
+        served = stop_ddprun_store(proc)
+        if served is not None:
+            out["requests_total"] = served
+            out["requests_per_node_incl_setup"] = served / args.nodes
+    print(json.dumps(out), flush=True)
+    sys.exit(0 if out.get("ok") else 1)
+
+
 def main():
     proc_holder = []  # a ddprun-store we started: killed on every way out
     try:
@@ -93,10 +141,17 @@ def run(proc_holder):
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--store", choices=["torch", "ddprun"], default="torch")
     ap.add_argument("--ddprun-store", help="the ddprun-store program (with --store ddprun)")
+    ap.add_argument("--store-port", type=int,
+                    help="with --store ddprun: a ddprun-store already listening on 127.0.0.1:PORT")
+    ap.add_argument("--in", dest="in_python", metavar="PYTHON",
+                    help="run the simulation in this Python (this process only runs the ddprun-store)")
     ap.add_argument("--timeout", type=float, default=300.0, help="join timeout and overall deadline, s")
     args = ap.parse_args()
-    if args.store == "ddprun" and not args.ddprun_store:
-        ap.error("--store ddprun needs --ddprun-store PATH")
+    if args.store == "ddprun" and not args.ddprun_store and args.store_port is None:
+        ap.error("--store ddprun needs --ddprun-store PATH or --store-port PORT")
+    if args.in_python:
+        delegate(args, proc_holder)
+    torch, dist, C10dRendezvousBackend, DynamicRendezvousHandler, RendezvousTimeout = import_torch()
     n = args.nodes
 
     server, proc = None, None
@@ -104,6 +159,8 @@ def run(proc_holder):
         server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                timeout=timedelta(seconds=60))
         port = server.port
+    elif args.store_port is not None:
+        port = args.store_port
     else:
         proc, port = start_ddprun_store(args.ddprun_store)
         proc_holder.append(proc)
@@ -118,7 +175,8 @@ def run(proc_holder):
     for _ in range(n):
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
         backend = C10dRendezvousBackend(store, run_id)
-        handlers.append(DynamicRendezvousHandler.from_backend(run_id, store, backend, n, n, timeout))
+        # timeout by keyword: torch 2.x inserted local_addr before it
+        handlers.append(DynamicRendezvousHandler.from_backend(run_id, store, backend, n, n, timeout=timeout))
     out["setup_ms"] = (time.monotonic() - setup_start) * 1e3
 
     results = [None] * n
@@ -128,7 +186,11 @@ def run(proc_holder):
         barrier.wait()
         t0 = time.monotonic()
         try:
-            _, rank, world = handlers[i].next_rendezvous()
+            info = handlers[i].next_rendezvous()
+            if isinstance(info, tuple):  # torch 1.13: (store, rank, world size)
+                _, rank, world = info
+            else:  # torch 2.x: RendezvousInfo
+                rank, world = info.rank, info.world_size
             results[i] = (t0, time.monotonic(), rank, world, None)
         except Exception as exc:  # noqa: BLE001 - reported, not handled
             results[i] = (t0, time.monotonic(), -1, -1, f"{type(exc).__name__}: {exc}")

@@ -7,7 +7,9 @@ Run under a launcher, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... :
 Every rank draws its own shard of a fixed synthetic dataset, DDP averages the gradients, and at the end the
 ranks compare a checksum of their parameters (they must be identical). Options for tests: --out DIR writes
 <DIR>/rank<R>.json with the checksum; --fail-rank/--fail-step/--fail-attempt make one rank crash once;
---checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart.
+--checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart; --stamp FILE
+appends timestamped lines (script start, first completed step of each attempt, crash) for
+scripts/bench-recovery.sh.
 """
 import argparse
 import datetime
@@ -16,10 +18,38 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+
+def stamp(path, event, attempt, rank):
+    """Appends one '<event> <attempt> <rank> <unix ns>' line to path (no-op without a path)."""
+    if not path:
+        return
+    line = f"{event} {attempt} {rank} {time.time_ns()}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def early_stamp_path(argv):
+    """The --stamp FILE of argv, read before argparse runs (None when absent)."""
+    for i, a in enumerate(argv):
+        if a == "--stamp" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--stamp="):
+            return a[len("--stamp="):]
+    return None
+
+
+# With --stamp, the script's start is stamped before torch is imported, so that a benchmark can split a
+# restart into the launcher's share (crash -> replacement running) and the worker's (import, init, first step).
+stamp(early_stamp_path(sys.argv[1:]), "start", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+      os.environ.get("RANK", "-"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
 def parse_args():
@@ -37,6 +67,10 @@ def parse_args():
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--stamp", help="append '<event> <attempt> <rank> <unix ns>' lines to this file: 'start' "
+                   "when the script starts (before torch is imported), 'first-step' when the rank completes "
+                   "its first step of the attempt (optimizer step done), 'crash' just before a "
+                   "--fail-until-attempt crash (CLOCK_REALTIME; one O_APPEND write each)")
     return p.parse_args()
 
 
@@ -73,8 +107,11 @@ def main():
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
+        if step == start:
+            stamp(args.stamp, "first-step", attempt, rank)
         if rank == args.fail_rank and step == args.fail_step and attempt < args.fail_until_attempt:
             print(f"rank {rank}: crashing at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
+            stamp(args.stamp, "crash", attempt, rank)
             os._exit(3)
         if rank == args.fail_rank and step == args.fail_step and attempt == args.fail_attempt:
             print(f"rank {rank}: failing on purpose at step {step} (attempt {attempt})", file=sys.stderr, flush=True)

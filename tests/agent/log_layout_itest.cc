@@ -3,9 +3,10 @@
 
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <regex>
+
+#include "catch_compat.h"
 
 namespace fs = std::filesystem;
 using ddprun::agent::LogLayout;

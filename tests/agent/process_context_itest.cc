@@ -13,7 +13,6 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +26,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "catch_compat.h"
 
 namespace {
 

@@ -11,7 +11,13 @@ Hermeticity: every test gets a fresh temporary directory, ports come from bindin
 a deadline. Every agent is started with a unique DDPRUN_IT_TOKEN in its environment; workers inherit the
 agent's environment (and grandchildren the workers'), so tearDown finds and SIGKILLs every process a test
 started - even one re-parented to init - by scanning /proc/<pid>/environ for the token.
+
+Skips: a test skips only when the machine cannot run it (no root, no network namespaces, Slurm not
+installable), through skip_unless_required(), which fails instead under DDPRUN_REQUIRE_ALL_SUITES=1
+(scripts/test.sh sets it). Everything else that keeps a suite from running is a failure. run_itest.py runs the
+modules for ctest.
 """
+import fcntl
 import json
 import os
 import re
@@ -30,6 +36,10 @@ import uuid
 PYTHON = os.environ.get("DDPRUN_IT_PYTHON", "/usr/bin/python3")
 # The interpreter that runs the tests themselves (and torch-free helpers such as rank_worker.py).
 HOST_PYTHON = "/usr/bin/python3"
+# The torch version (prefix, "2.6") the workers must import; ctest sets it for the .torch26 variants.
+EXPECTED_TORCH = os.environ.get("DDPRUN_IT_TORCH") or None
+# Set by scripts/test.sh: this machine must run every suite, so a would-be skip is a failure.
+REQUIRE_ALL_SUITES = os.environ.get("DDPRUN_REQUIRE_ALL_SUITES", "0") == "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_WORKER = os.path.join(HERE, "rank_worker.py")
 AGENT_LOG_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] ddprun")  # ddprun's own log lines (spdlog)
@@ -66,6 +76,101 @@ def wait_until(predicate, timeout, what, describe=lambda: "", interval=0.02):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{describe()}")
         time.sleep(interval)
+
+
+def skip_unless_required(reason):
+    """Skips the test, class or module (unittest.SkipTest) because this machine cannot run it; `reason` says
+    why. Under DDPRUN_REQUIRE_ALL_SUITES=1 the machine is expected to run everything: AssertionError instead."""
+    if REQUIRE_ALL_SUITES:
+        raise AssertionError(f"cannot run: {reason}\n(DDPRUN_REQUIRE_ALL_SUITES=1: this machine is expected to run "
+                             "every suite; unset it to let the suite skip)")
+    raise unittest.SkipTest(reason)
+
+
+# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses them for a while (a netns test
+# module, a Slurm test cluster) holds an exclusive flock on this file meanwhile.
+CLUSTER_LOCK = "/tmp/ddprun-test-cluster.lock"
+
+
+def hold_cluster_lock(owner, timeout):
+    """Waits (blocking flock, at most `timeout` s) for CLUSTER_LOCK and returns the open file: closing it
+    releases the lock. Writes `owner` and this pid into the file so that a waiter can name the holder. Busy
+    hosts are no reason to skip: after `timeout` s, AssertionError naming the holder. Main thread only (the
+    deadline is a SIGALRM)."""
+    lock = open(CLUSTER_LOCK, "a+")
+
+    def expired(signum, frame):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except TimeoutError:
+        lock.seek(0)
+        holder = lock.read().strip() or "nothing"
+        lock.close()
+        raise AssertionError(f"the test hosts (ddprun-h*) stayed busy for {timeout} s: another process holds "
+                             f"{CLUSTER_LOCK} (its last holder wrote: {holder})") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()} ({owner}) since {time.strftime('%H:%M:%S')}\n")
+    lock.flush()
+    return lock
+
+
+# Run with the workers' interpreter where the workers run (a test host, a Slurm step): writes what a gloo worker
+# depends on to <dir>/probe-<host name>.json. Arguments: dir, then host names to resolve.
+WORKER_PROBE = r"""
+import fcntl, json, os, socket, struct, sys
+import torch
+
+def interface_address(name):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        except OSError as e:
+            return f"error: {e}"
+    return socket.inet_ntoa(packed[20:24])
+
+def resolve(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError as e:
+        return f"error: {e}"
+
+ifname = os.environ.get("GLOO_SOCKET_IFNAME")
+info = {"pid": os.getpid(), "cwd": os.getcwd(), "host": socket.gethostname(), "torch": torch.__version__,
+        "gloo_socket_ifname": ifname, "gloo_address": interface_address(ifname) if ifname else None,
+        "resolved": {name: resolve(name) for name in sys.argv[2:]}, "env": {k: os.environ.get(k) for k in
+        ("SLURM_TASK_PID", "SLURMD_NODENAME", "DDPRUN_IT_PROBE")}}
+path = os.path.join(sys.argv[1], "probe-" + info["host"] + ".json")
+with open(path + ".tmp", "w") as f:
+    json.dump(info, f)
+os.replace(path + ".tmp", path)
+"""
+
+
+def write_worker_probe(directory):
+    """Writes WORKER_PROBE to <directory>/worker_probe.py; returns its path."""
+    path = os.path.join(directory, "worker_probe.py")
+    with open(path, "w") as f:
+        f.write(WORKER_PROBE)
+    return path
+
+
+def check_worker_probe(test, info, host, address):
+    """Asserts a WORKER_PROBE result: host name `host`, gloo's interface eth0 with `address`, and - where ctest
+    asks for one (DDPRUN_IT_TORCH) - the expected torch version."""
+    test.assertEqual(info["host"], host, info)
+    test.assertEqual((info["gloo_socket_ifname"], info["gloo_address"]), ("eth0", address), info)
+    if EXPECTED_TORCH:
+        test.assertTrue(info["torch"].startswith(EXPECTED_TORCH + "."),
+                        f"the workers' interpreter {PYTHON} imports torch {info['torch']}, not {EXPECTED_TORCH}")
 
 
 def proc_stat(pid):

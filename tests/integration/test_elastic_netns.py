@@ -6,15 +6,20 @@ others reach it over the bridge. The workers are scripts/examples/ddp_train.py (
   - a node dies (its agent is SIGKILLed mid-run): the survivors re-form with 2 nodes, resume from the
     checkpoint and finish; nothing of the dead host survives;
   - a node arrives mid-run: the next round has 4 nodes (8 workers) and every agent finishes;
-  - an endpoint nobody serves: exit code 4 soon after join_timeout, with a message naming the endpoint.
+  - an endpoint nobody serves: exit code 4 soon after join_timeout, with a message naming the endpoint;
+  - the workers' interpreter on a host (with the torch 2.6 root: scripts/torch26-root.sh `run` under `ip netns
+    exec`) keeps its pid and directory and sees the host's name and eth0 address, and the expected torch.
 
-Needs root (namespaces); skipped with a message otherwise, or when `ip netns add` fails. Environment (set by
+Needs root and network namespaces: skipped with the reason otherwise (ddprun_testlib.skip_unless_required: a
+failure under DDPRUN_REQUIRE_ALL_SUITES=1). Anything else that keeps the hosts from coming up, or hosts still
+busy after LOCK_WAIT, is a failure. The hosts are recreated for the module (test-cluster.sh down, then up), so
+nothing an interrupted earlier run left on them is in the way. Environment (set by
 tests/integration/CMakeLists.txt): DDPRUN = the ddprun executable, REPO = the source tree (defaults to the one
 this file is in); DDPRUN_IT_KEEP=1 keeps each test's directory (agent logs). Only 10.99.0.x addresses are
 used. The hosts share the file system, so the checkpoint and the result files live in one temporary directory.
-Standard library only; run with /usr/bin/python3 (torch). Hosts are taken under an flock (LOCK below).
+Standard library only; run with /usr/bin/python3 (torch). Hosts are taken under an flock
+(ddprun_testlib.hold_cluster_lock).
 """
-import fcntl
 import glob
 import json
 import os
@@ -28,7 +33,7 @@ import unittest
 import uuid
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON
+from ddprun_testlib import PYTHON, skip_unless_required
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -40,8 +45,7 @@ NPROC = 2  # workers per host: torch workers are slow to start on a 2-core machi
 # Small timeouts so that a node's loss is seen in ~3 s and a round closes 2 s after MIN nodes joined.
 RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
 JOB_TIMEOUT = 150  # seconds: bound for one elastic job (it takes ~30-60 s on an idle 2-core machine)
-LOCK = "/tmp/ddprun-test-cluster.lock"  # the host names are fixed: one user of test-cluster.sh at a time
-LOCK_WAIT = 180  # seconds to wait for another user of the hosts (another build's run, a Slurm test cluster)
+LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run, a Slurm test cluster)
 ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ranks \d+\.\.\d+ of (\d+),")
 
 
@@ -116,21 +120,10 @@ class ElasticOnHosts(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if os.geteuid() != 0:
-            raise unittest.SkipTest("needs root to create network namespaces (run ctest as root)")
+            skip_unless_required("needs root to create network namespaces (run ctest as root)")
         if not os.access(DDPRUN, os.X_OK):
             raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = open(LOCK, "a")
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(cls.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    cls.lock.close()
-                    raise unittest.SkipTest(f"the test hosts ddprun-h* are in use: {LOCK} stayed locked "
-                                            f"for {LOCK_WAIT} s (another test run or a Slurm cluster)")
-                time.sleep(1)
+        cls.lock = ddprun_testlib.hold_cluster_lock(f"{__name__} with {PYTHON}", LOCK_WAIT)
         try:
             cls._up()
         except BaseException:
@@ -139,12 +132,14 @@ class ElasticOnHosts(unittest.TestCase):
 
     @classmethod
     def _up(cls):
-        up = cluster("up", HOSTS, check=False)
+        """Fresh hosts: exit 77 of test-cluster.sh (no namespaces here) skips, any other failure fails."""
+        down = cluster("down", check=False)  # whatever an interrupted earlier run left on the hosts goes
+        up = down if down.returncode == 77 else cluster("up", HOSTS, check=False)
         if up.returncode == 77:
-            raise unittest.SkipTest(f"no network namespaces here: {up.stdout.strip()}")
-        if up.returncode != 0:
+            skip_unless_required(f"no network namespaces here: {up.stdout.strip()}")
+        if down.returncode != 0 or up.returncode != 0:
             cluster("down", check=False)
-            raise RuntimeError(f"test-cluster.sh up {HOSTS} failed:\n{up.stdout}")
+            raise AssertionError(f"test-cluster.sh down/up {HOSTS} failed:\n{down.stdout}\n{up.stdout}")
 
     @classmethod
     def tearDownClass(cls):
@@ -268,6 +263,31 @@ class ElasticOnHosts(unittest.TestCase):
         results = self.assert_results(4 * NPROC)
         self.assertEqual({results[0]["attempt"]}, final, results)
         self.assertGreaterEqual(results[0]["attempt"], 1, results)
+
+    def test_workers_interpreter_on_a_host_sees_the_host(self):
+        # What a gloo worker on host 2 depends on: test-cluster.sh exec runs the interpreter (with torch 2.6:
+        # torch26-root.sh `run`, a private mount namespace and a chroot) as the very process it started, in its
+        # directory, with the host's name and network (eth0 = 10.99.0.2) and the expected torch.
+        probe = ddprun_testlib.write_worker_probe(self.tmp)
+        with open(self.path("probe.log"), "wb") as log:
+            proc = subprocess.Popen(["bash", CLUSTER, "exec", "2", PYTHON, probe, self.tmp],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                                    env=dict(os.environ, GLOO_SOCKET_IFNAME="eth0", DDPRUN_IT_PROBE="netns"))
+            try:
+                rc = proc.wait(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        with open(self.path("probe.log"), errors="replace") as f:
+            output = f.read()
+        self.assertEqual(rc, 0, output)
+        info = ddprun_testlib.read_json_file(self.path("probe-ddprun-h2.json"))
+        self.assertIsNotNone(info, output)
+        ddprun_testlib.check_worker_probe(self, info, "ddprun-h2", address(2))
+        self.assertEqual(info["pid"], proc.pid, f"not the process that test-cluster.sh exec started: {info}")
+        self.assertEqual(info["cwd"], self.tmp, info)
+        self.assertEqual(info["env"]["DDPRUN_IT_PROBE"], "netns", info)
 
     def test_unreachable_endpoint_exits_4_naming_it(self):
         endpoint = f"{address(200)}:29403"  # inside the hosts' subnet, but no host has that address

@@ -6,18 +6,24 @@ The jobs are the shipped examples, submitted with sbatch as a user would:
   - `scancel --signal=USR1` (what `sbatch --signal=USR1@T` does before a time limit) reaches every worker,
     ddprun exits 75 and the example requeues the job;
   - a worker that crashes under srun is restarted by ddprun (scripts/examples/sbatch-elastic.sh, c10d);
-  - what ddprun derives from srun's variables (--dry-run), and the batch-script mistake it refuses.
+  - what ddprun derives from srun's variables (--dry-run), and the batch-script mistake it refuses;
+  - the workers' interpreter under srun (with the torch 2.6 root: scripts/torch26-root.sh `run` under slurmstepd)
+    keeps the task's pid and directory, sees its node's name, eth0 for gloo, the nodes in /etc/hosts and the
+    expected torch.
 And, without a cluster: every expected value of tests/launcher/hostlist_test.cc's scontrol table is what
 `scontrol show hostnames` prints here (needs scontrol only); a signal to one agent reaches the other node's
 workers as the same signal, and its later arrival there is not taken as a second one (two local agents).
 
-Needs root (namespaces, daemons) and Slurm (slurm-cluster.sh installs slurm-wlm and munge when missing): the
-tests are skipped with the reason otherwise, or when the cluster cannot start. The hosts' names are fixed, so
-the module holds /tmp/ddprun-test-cluster.lock (shared with test_elastic_netns.py) while the cluster is up.
+Needs root (namespaces, daemons) and Slurm: as root, the module installs slurm-wlm and munge first when they
+are missing (`slurm-cluster.sh install`, before any test: installing it half-way made a fresh machine's first run
+skip the scontrol test and run the rest, which ctest then reported as a skipped module). The tests skip only
+what the machine cannot do - no root, no network namespaces, Slurm not installable - with the reason
+(ddprun_testlib.skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1). A cluster that should start
+and does not is a failure with slurm-cluster.sh's output. The hosts' names are fixed, so the module holds
+/tmp/ddprun-test-cluster.lock (shared with test_elastic_netns.py) while the cluster is up.
 Environment (tests/integration/CMakeLists.txt sets it): DDPRUN, REPO; DDPRUN_IT_KEEP=1 keeps each test's
 directory. Only 10.99.0.x and 127.0.0.1 are used. Standard library only; run with /usr/bin/python3 (torch).
 """
-import fcntl
 import glob
 import json
 import os
@@ -29,7 +35,7 @@ import tempfile
 import unittest
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON, free_port
+from ddprun_testlib import PYTHON, free_port, skip_unless_required
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -40,8 +46,10 @@ TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
 HOSTLIST_TEST = os.path.join(REPO, "tests", "launcher", "hostlist_test.cc")
 SLURM_DIR = "/tmp/ddprun-slurm"  # slurm-cluster.sh's default state directory
 SLURM_CONF = os.path.join(SLURM_DIR, "slurm.conf")
-LOCK = "/tmp/ddprun-test-cluster.lock"
 HOSTS = 2
+LOCK_WAIT = 240  # seconds to wait for another user of the test hosts (ctest runs this module alone: RUN_SERIAL)
+INSTALL_TIMEOUT = 300  # apt-get of slurm-wlm and munge on a fresh machine
+UP_TIMEOUT = 420  # slurm-cluster.sh up: DDPRUN_SLURM_START_TIMEOUT (180 s) per wait, and a margin
 JOB_TIMEOUT = 180  # seconds: bound for one job (a 2x2 torch job takes ~10-40 s on a loaded 2-core machine)
 TRAIN_ARGS = ["--hidden", "32", "--batch", "16", "--log-every", "10"]
 EXIT_SLURM_INTERRUPTED = 75  # launcher/slurm_env.h, docs/slurm.md
@@ -66,6 +74,26 @@ while True:
 
 def wait_until(predicate, timeout, what, describe=lambda: ""):
     return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.2)
+
+
+# Why this machine has no Slurm, when it has none after setUpModule (None: Slurm is installed).
+slurm_missing = None
+
+
+def setUpModule():
+    """Installs Slurm when it is missing, before any test runs: every test then finds it, or skips saying why."""
+    global slurm_missing
+    if os.geteuid() != 0:
+        if not shutil.which("scontrol"):
+            slurm_missing = ("Slurm is not installed, and installing it needs root (DDPRUN_DEPS_SLURM=1 "
+                             "scripts/install-deps.sh)")
+        return
+    done = subprocess.run(["bash", SLURM_CLUSTER, "install"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=INSTALL_TIMEOUT)
+    if done.returncode == 77:
+        slurm_missing = f"Slurm is not installed and cannot be installed here:\n{done.stdout[-2000:]}"
+    elif done.returncode != 0:
+        raise AssertionError(f"slurm-cluster.sh install exited {done.returncode}:\n{done.stdout[-3000:]}")
 
 
 def slurm_env(**extra):
@@ -143,7 +171,7 @@ class HostlistAgainstScontrol(unittest.TestCase):
     def test_scontrol_prints_the_expected_hosts(self):
         scontrol = shutil.which("scontrol")
         if not scontrol:
-            raise unittest.SkipTest("scontrol is not installed (DDPRUN_DEPS_SLURM=1 scripts/install-deps.sh)")
+            skip_unless_required(slurm_missing or "scontrol is not on PATH although Slurm is installed")
         cases = scontrol_cases()
         self.assertGreaterEqual(len(cases), 30, "could not read the table of tests/launcher/hostlist_test.cc")
         with tempfile.TemporaryDirectory(prefix="ddprun-scontrol-") as tmp:
@@ -211,21 +239,37 @@ class OnSlurm(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if os.geteuid() != 0:
-            raise unittest.SkipTest("needs root to start Slurm on network namespaces (run ctest as root)")
+            skip_unless_required("needs root to start Slurm on network namespaces (run ctest as root)")
+        if slurm_missing:
+            skip_unless_required(slurm_missing)
         if not os.access(DDPRUN, os.X_OK):
             raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = open(LOCK, "w")
-        fcntl.flock(cls.lock, fcntl.LOCK_EX)  # another run of a netns module waits here
+        cls.lock = ddprun_testlib.hold_cluster_lock(f"{__name__} with {PYTHON}", LOCK_WAIT)
         try:
-            up = subprocess.run(["bash", SLURM_CLUSTER, "up", str(HOSTS)], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-            if up.returncode != 0:
-                subprocess.run(["bash", SLURM_CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                raise unittest.SkipTest(f"Slurm cannot start here (slurm-cluster.sh up {HOSTS} exited "
-                                        f"{up.returncode}):\n{up.stdout[-3000:]}")
+            cls._up()
         except BaseException:
             cls.lock.close()
             raise
+
+    @classmethod
+    def _up(cls):
+        """slurm-cluster.sh up: exit 77 (no namespaces here) skips; any other failure is the test's failure."""
+        try:
+            up = subprocess.run(["bash", SLURM_CLUSTER, "up", str(HOSTS)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=UP_TIMEOUT)
+            rc, output, how = up.returncode, up.stdout, f"exited {up.returncode}"
+        except subprocess.TimeoutExpired as e:
+            partial = e.output.decode(errors="replace") if isinstance(e.output, bytes) else e.output or ""
+            rc, output, how = None, partial, f"was killed after {UP_TIMEOUT} s"
+        if rc == 0:
+            return
+        subprocess.run(["bash", SLURM_CLUSTER, "down"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+        if rc == 77:
+            skip_unless_required(f"this machine cannot run a Slurm cluster (slurm-cluster.sh up {HOSTS} exited 77):\n"
+                                 f"{output[-2000:]}")
+        raise AssertionError(f"the Slurm cluster did not start: slurm-cluster.sh up {HOSTS} {how} (this machine has "
+                             f"what it needs: root, namespaces, Slurm):\n{output[-5000:]}")
 
     @classmethod
     def tearDownClass(cls):
@@ -379,6 +423,25 @@ class OnSlurm(unittest.TestCase):
         self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
         self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
         self.assertIn(f"Slurm step {job}.0: the store listens on n1:{20000 + int(job) % 10000}", out)
+        self.assert_nothing_left(self.tmp)
+
+    def test_workers_interpreter_under_srun_sees_its_node(self):
+        # The interpreter the examples' workers run (with torch 2.6: torch26-root.sh `run` under slurmstepd): it is
+        # the task slurmstepd started (same pid), in the job's directory, on its node's network and name, and the
+        # nodes' names resolve (the root bind-mounts /etc/hosts, where slurm-cluster.sh writes them).
+        probe = ddprun_testlib.write_worker_probe(self.tmp)
+        names = [f"n{h}" for h in range(1, HOSTS + 1)]
+        job, rc = self.sbatch("--wrap", [f"srun --ntasks-per-node=1 {PYTHON} {probe} {self.tmp} {' '.join(names)}"],
+                              wait=True)
+        self.assertEqual(rc, 0, self.describe())
+        for h, name in enumerate(names, start=1):
+            info = ddprun_testlib.read_json_file(self.path(f"probe-{name}.json"))
+            self.assertIsNotNone(info, f"no probe result from {name}\n{self.describe()}")
+            ddprun_testlib.check_worker_probe(self, info, name, f"10.99.0.{h}")
+            self.assertEqual(info["resolved"], {n: f"10.99.0.{i}" for i, n in enumerate(names, start=1)}, info)
+            self.assertEqual(info["env"]["SLURMD_NODENAME"], name, info)
+            self.assertEqual(str(info["pid"]), info["env"]["SLURM_TASK_PID"], info)
+            self.assertEqual(info["cwd"], self.tmp, info)
         self.assert_nothing_left(self.tmp)
 
     def test_dry_run_shows_what_srun_gave_and_batch_misuse_is_refused(self):

@@ -1,10 +1,13 @@
-// Interop: ddprun's StoreClient (legacy dialect) against PyTorch 1.13's own TCPStore server.
+// Interop: ddprun's StoreClient against PyTorch's own TCPStore server: torch 1.13's (legacy dialect) or
+// torch 2.x's (modern dialect).
 //
-//   ddprun_client_vs_torch_store HOST PORT
+//   ddprun_client_vs_torch_store HOST PORT [--dialect legacy|modern]     (default legacy)
 //
 // Run by run_client_vs_torch_store.py, which starts the torch server, seeds keys with a torch client before
 // this program runs (py/*, py_outer/py_inner/k) and reads the keys this program leaves behind (cpp/*,
-// cpp_outer/cpp_inner/k) after it exits. Prints one line per check ("ok    ..." / "FAIL  ...: detail").
+// cpp_outer/cpp_inner/k) after it exits. In the legacy dialect the modern-only operations must be refused
+// without a byte sent; in the modern one they run against torch's server (APPEND, MULTI_GET, MULTI_SET,
+// PING, and CANCEL_WAIT after a wait timeout). Prints one line per check ("ok    ..." / "FAIL  ...: detail").
 // Exit codes: 0 every check passed, 1 some check failed (or an unexpected exception), 2 bad arguments.
 // Every blocking call has a deadline (store timeout 10 s), so the program always ends.
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
+#include "rendezvous/wire_codec.h"
 
 namespace {
 
@@ -82,9 +87,11 @@ std::string big_value() {
   return v;
 }
 
-StoreClientOptions legacy_options() {
+Dialect dialect = Dialect::kLegacy;  // set once by main() from --dialect
+
+StoreClientOptions client_options() {
   StoreClientOptions o;
-  o.dialect = Dialect::kLegacy;
+  o.dialect = dialect;
   o.connect_timeout = 10s;
   o.timeout = 10s;
   return o;
@@ -152,14 +159,15 @@ void test_wait(StoreClient& s, const std::string& host, uint16_t port) {
   });
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   check("... within bounds (" + std::to_string(took.count()) + " ms)", took >= 270ms && took < 10s);
-  // The legacy client dropped the connection (the torch server cannot cancel a WAIT); the next call
-  // reconnects, and setting the abandoned key must not disturb anyone.
+  // Legacy: the client dropped the connection (a 1.13 server cannot cancel a WAIT) and the next call
+  // reconnects. Modern: it sent CANCEL_WAIT and keeps the connection. Either way, setting the abandoned key
+  // must not disturb anyone.
   s.set("cpp/late", "here");
-  check_eq("reconnected after the timeout: set/get works", s.get("cpp/late"), "here");
+  check_eq("after the timeout: set/get works", s.get("cpp/late"), "here");
   s.wait({"cpp/late"}, 5s);
   check("wait on the formerly missing key", true);
 
-  StoreClientOptions shortopt = legacy_options();
+  StoreClientOptions shortopt = client_options();
   shortopt.timeout = 300ms;
   StoreClient short_client(host, port, shortopt);
   check_throws<TimeoutError>("get on a missing key times out with the store timeout",
@@ -170,7 +178,7 @@ void test_wait(StoreClient& s, const std::string& host, uint16_t port) {
   std::string error;
   std::thread waiter([&] {
     try {
-      StoreClient other(host, port, legacy_options());
+      StoreClient other(host, port, client_options());
       other.set("cpp/waiter_ready", "1");
       other.wait({"cpp/wake"}, 30s);
       result = other.get("cpp/wake") == "awake" ? 1 : 0;
@@ -212,6 +220,51 @@ void test_prefix_store(StoreClient& s) {
   check("... gone underneath", !s.check({"cpp_outer/cpp_inner/cs"}), "still there");
 }
 
+// Modern dialect: a cancelled wait is forgotten by torch's server. When another client sets the key later,
+// no late reply may reach this connection (it would shift every reply after it).
+void test_cancel_wait(StoreClient& s, const std::string& host, uint16_t port) {
+  check_throws<TimeoutError>("wait 300 ms on a missing key (CANCEL_WAIT)",
+                             [&] { s.wait({"cpp/after_cancel"}, 300ms); });
+  StoreClient other(host, port, client_options());
+  other.set("cpp/after_cancel", "ok");
+  check_eq("the key set later by another client: the next reply here is right", s.get("cpp/str"),
+           "from ddprun");
+  check_eq("... and so is the get of that key", s.get("cpp/after_cancel"), "ok");
+  for (int i = 0; i < 3; ++i) {
+    check_throws<TimeoutError>("repeated wait timeouts on one connection",
+                               [&] { s.wait({"cpp/never_c"}, 200ms); });
+  }
+  check_eq("... leave it usable", s.add("cpp/counter", 0), 42);
+}
+
+// Modern dialect: the operations torch 2.x's server has beyond 1.13's (no queues: torch 2.6's server has
+// none).
+void test_modern_ops(StoreClient& s, const std::string& host, uint16_t port) {
+  s.append("cpp/a", "x");
+  s.append("cpp/a", std::string("\0y", 2));
+  check_eq("append creates, then concatenates", s.get("cpp/a"), std::string("x\0y", 3));
+  int64_t n = s.num_keys();
+  s.multi_set({"cpp/m1", "cpp/m2", "cpp/m3"}, {"one", std::string("\0two", 4), ""});
+  check_eq("multi_set adds three keys", s.num_keys(), n + 3);
+  auto got = s.multi_get({"cpp/m3", "cpp/m1", "cpp/m2", "cpp/m1"});
+  check("multi_get in order, with repeats",
+        got == std::vector<std::string>{"", "one", std::string("\0two", 4), "one"},
+        got.size() == 4 ? "got '" + printable(got[0]) + "', '" + printable(got[1]) + "', '" +
+                              printable(got[2]) + "', '" + printable(got[3]) + "'"
+                        : std::to_string(got.size()) + " values");
+  check("check sees multi_set's and append's keys", s.check({"cpp/m1", "cpp/m3", "cpp/a"}), "false");
+  StoreClientOptions shortopt = client_options();
+  shortopt.timeout = 300ms;
+  StoreClient short_client(host, port, shortopt);
+  check_throws<TimeoutError>("multi_get with a missing key times out", [&] {
+    short_client.multi_get({"cpp/m1", "cpp/m_never"});
+  });
+  check_eq("... and the client stays usable", short_client.get("cpp/m1"), "one");
+  auto rtt = s.ping();
+  check("ping: torch's server echoes the nonce", rtt < std::chrono::seconds(10),
+        std::to_string(rtt.count()) + " us");
+}
+
 // APPEND, MULTI_GET/SET, QUEUE_*, PING do not exist in torch 1.13: the client refuses them before sending
 // anything, and the connection stays usable.
 void test_modern_only_refused(StoreClient& s) {
@@ -228,10 +281,14 @@ void test_modern_only_refused(StoreClient& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s HOST PORT\n", argv[0]);
+  std::optional<Dialect> chosen = Dialect::kLegacy;
+  if (argc == 5 && std::string(argv[3]) == "--dialect") chosen = parse_dialect(argv[4]);
+  if ((argc != 3 && argc != 5) || (argc == 5 && std::string(argv[3]) != "--dialect") || !chosen ||
+      *chosen == Dialect::kMid2023) {
+    std::fprintf(stderr, "usage: %s HOST PORT [--dialect legacy|modern]\n", argv[0]);
     return 2;
   }
+  dialect = *chosen;
   std::string host = argv[1];
   auto port = parse_port(argv[2]);
   if (!port) {
@@ -239,8 +296,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    StoreClient s(host, *port, legacy_options());
-    const std::vector<std::pair<const char*, std::function<void()>>> steps = {
+    StoreClient s(host, *port, client_options());
+    std::vector<std::pair<const char*, std::function<void()>>> steps = {
         {"keys from torch", [&] { test_keys_from_torch(s); }},
         {"set/get", [&] { test_set_get(s); }},
         {"add", [&] { test_add(s); }},
@@ -249,8 +306,13 @@ int main(int argc, char** argv) {
         {"wait", [&] { test_wait(s, host, *port); }},
         {"delete_key/num_keys", [&] { test_delete_num_keys(s); }},
         {"PrefixStore", [&] { test_prefix_store(s); }},
-        {"modern-only ops", [&] { test_modern_only_refused(s); }},
     };
+    if (dialect == Dialect::kModern) {
+      steps.emplace_back("cancelled wait", [&] { test_cancel_wait(s, host, *port); });
+      steps.emplace_back("modern ops", [&] { test_modern_ops(s, host, *port); });
+    } else {
+      steps.emplace_back("modern-only ops refused", [&] { test_modern_only_refused(s); });
+    }
     for (const auto& [name, fn] : steps) {
       try {
         fn();

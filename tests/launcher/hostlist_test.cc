@@ -7,7 +7,7 @@
 // (hostlist.h says why).
 #include "launcher/hostlist.h"
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 using ddprun::launcher::expand_hostlist;
 using ddprun::launcher::expand_tasks_per_node;

@@ -1,11 +1,11 @@
 // Unit tests of the ddprun command line: launcher/launch_config.h and launcher/dry_run.h. Pure: no processes.
 #include "launcher/launch_config.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
 #include <sstream>
 #include <thread>
 
+#include "catch_compat.h"
 #include "launcher/dry_run.h"
 
 namespace {

@@ -1,6 +1,5 @@
 // rdzv_timings: torchrun's defaults, each key, and the aliases (heartbeat_timeout, the static "timeout").
-#include <catch2/catch.hpp>
-
+#include "catch_compat.h"
 #include "launcher/flag_values.h"
 
 using ddprun::launcher::rdzv_timings;

@@ -5,9 +5,9 @@
 // srun_env() is what task 1 of `srun --ntasks-per-node=1` saw, batch_env() what the batch script saw.
 #include "launcher/slurm_env.h"
 
-#include <catch2/catch.hpp>
 #include <set>
 
+#include "catch_compat.h"
 #include "launcher/dry_run.h"
 #include "launcher/launch_config.h"
 

@@ -3,10 +3,10 @@
 // program that is no store at all. Candidate ports are ports that were free a moment ago (bound to port 0).
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <catch2/catch.hpp>
 #include <future>
 #include <utility>
 
+#include "catch_compat.h"
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_port.h"
 #include "rendezvous/static_rendezvous.h"

@@ -1,14 +1,15 @@
 // Tests of "host:port" parsing and printing.
 #include "rendezvous/endpoint.h"
 
-#include <catch2/catch.hpp>
 #include <optional>
 #include <string>
+
+#include "catch_compat.h"
 
 namespace ddprun::rdzv {
 namespace {
 
-using Catch::Matchers::Contains;
+using Catch::Contains;  // the string matcher (catch_compat.h)
 
 struct Good {
   const char* text;

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch_compat.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_server.h"

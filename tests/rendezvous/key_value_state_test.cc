@@ -2,12 +2,13 @@
 #include "rendezvous/key_value_state.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "catch_compat.h"
 
 namespace ddprun::rdzv {
 namespace {

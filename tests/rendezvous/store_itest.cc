@@ -2,7 +2,6 @@
 // legacy dialect. Every server binds port 0; synchronisation uses server stats and futures, never fixed
 // sleeps; every wait is bounded.
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <latch>
@@ -12,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch_compat.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"

@@ -2,7 +2,6 @@
 #include "rendezvous/store_session.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,13 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "catch_compat.h"
 #include "rendezvous/key_value_state.h"
 #include "rendezvous/wire_codec.h"
 
 namespace ddprun::rdzv {
 namespace {
 
-using Catch::Matchers::Contains;
+using Catch::Contains;  // the string matcher (catch_compat.h)
 
 std::span<const uint8_t> span_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

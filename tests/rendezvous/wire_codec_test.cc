@@ -2,7 +2,6 @@
 // and the little-endian field layout of WireWriter/WireReader.
 #include "rendezvous/wire_codec.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -10,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "catch_compat.h"
+
 namespace ddprun::rdzv {
 namespace {
 
-using Catch::Matchers::Contains;
+using Catch::Contains;  // the string matcher (catch_compat.h)
 
 constexpr Dialect kDialects[] = {Dialect::kLegacy, Dialect::kMid2023, Dialect::kModern};
 constexpr int kNumOps = 19;

@@ -4,7 +4,6 @@
 //
 // Catch2 assertions are not thread-safe: rank threads only record failures; the test thread asserts.
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch_compat.h"
 #include "ddprun/backends.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"

@@ -2,11 +2,12 @@
 // truncating averages, multi-source order, every dtype through the vectorised entry points.
 #include "worker_sdk/src/reduce_kernels.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
+
+#include "catch_compat.h"
 
 using namespace ddprun::sdk;
 

@@ -1,12 +1,12 @@
 // The worker SDK as real processes under the real launcher: sdk_allreduce_check run by
 // `ddprun --standalone --nproc_per_node 3 --no_python`, over shared memory and over the TCP ring, and a
 // rank that SIGKILLs itself mid-collective: the survivors report CollectiveError and ddprun fails.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "catch_compat.h"
 #include "child_processes.h"
 
 namespace {

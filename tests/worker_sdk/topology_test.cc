@@ -1,7 +1,7 @@
 // Unit tests of the CPU backend's topology: peer records and host grouping.
 #include "worker_sdk/src/topology.h"
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 using namespace ddprun::sdk;
 

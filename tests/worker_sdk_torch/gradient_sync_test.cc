@@ -8,12 +8,12 @@
 
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
+#include "catch_compat.h"
 #include "ddprun/tensor_ops.h"
 #include "rank_threads.h"
 

@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "catch_compat.h"
 #include "child_processes.h"
 #include "ddprun/backends.h"
 #include "rendezvous/store_client.h"

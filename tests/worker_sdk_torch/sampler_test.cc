@@ -1,10 +1,10 @@
 // DistributedSampler against Python torch's: sampler_reference.py prints torch's indices for a grid of
 // (n, world, rank, shuffle, drop_last, seed, epoch); every case must match exactly.
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "catch_compat.h"
 #include "ddprun/distributed_sampler.h"
 
 using ddprun::sdk::DistributedSampler;

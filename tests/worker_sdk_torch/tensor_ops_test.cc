@@ -3,9 +3,9 @@
 
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <mutex>
 
+#include "catch_compat.h"
 #include "rank_threads.h"
 
 using namespace ddprun::sdk;

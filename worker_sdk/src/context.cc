@@ -10,6 +10,7 @@
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
+#include "rendezvous/store_server.h"
 
 namespace ddprun::sdk {
 namespace {
@@ -63,6 +64,7 @@ class JobContext final : public Context {
   ProcessGroup& process_group() override { return *pg_; }
   rdzv::Store* store() override { return store_.get(); }
 
+  std::unique_ptr<rdzv::StoreServerThread> server_;  // rank 0 without an agent store: the job's store
   std::shared_ptr<rdzv::Store> client_;
   std::shared_ptr<rdzv::PrefixStore> store_;
   std::unique_ptr<ProcessGroup> pg_;  // declared last: destroyed before the store it may use
@@ -82,7 +84,8 @@ std::shared_ptr<rdzv::Store> connect_store(const std::string& host, uint16_t por
       // A torch 1.13/2.0 TCPStore (torchrun's agent store) does not know VALIDATE: it stays silent
       // (BadReplyError after the handshake deadline) or takes it for a SET of absurd length and drops the
       // connection (ConnectionLostError). Either way: speak the legacy dialect on a new connection.
-      if (!dynamic_cast<const rdzv::BadReplyError*>(&e) && !dynamic_cast<const rdzv::ConnectionLostError*>(&e)) {
+      if (!dynamic_cast<const rdzv::BadReplyError*>(&e) &&
+          !dynamic_cast<const rdzv::ConnectionLostError*>(&e)) {
         throw;
       }
       so.dialect = rdzv::Dialect::kLegacy;
@@ -91,6 +94,27 @@ std::shared_ptr<rdzv::Store> connect_store(const std::string& host, uint16_t por
   } catch (const rdzv::StoreError& e) {
     throw std::runtime_error("ddprun::sdk::init: cannot use the store at " + where +
                              " (MASTER_ADDR/MASTER_PORT): " + e.what());
+  }
+}
+
+// torch's env:// rule: with TORCHELASTIC_USE_AGENT_STORE=True (ddprun; torchrun's static rendezvous; torchrun
+// >= 2.4 with c10d) MASTER_ADDR:MASTER_PORT is the agent's store; otherwise (torchrun 1.13 with c10d or
+// --standalone, torch.distributed.launch, a hand-made environment) rank 0 hosts the job's store there.
+bool uses_agent_store() {
+  const char* v = env("TORCHELASTIC_USE_AGENT_STORE");
+  return v && std::string(v) == "True";
+}
+
+std::unique_ptr<rdzv::StoreServerThread> host_store(uint16_t port) {
+  rdzv::StoreServerOptions so;
+  so.port = port;  // every interface, as torch's TCPStore master binds
+  try {
+    return std::make_unique<rdzv::StoreServerThread>(so);
+  } catch (const rdzv::StoreError& e) {
+    throw std::runtime_error(
+        "ddprun::sdk::init: rank 0 hosts the job's store (TORCHELASTIC_USE_AGENT_STORE is not "
+        "True) but cannot listen on MASTER_PORT=" +
+        std::to_string(port) + ": " + e.what());
   }
 }
 
@@ -126,6 +150,7 @@ std::unique_ptr<Context> init(const InitOptions& options) {
   const auto port = static_cast<uint16_t>(env_long("MASTER_PORT", 0, 1, 65535));
 
   auto ctx = std::make_unique<JobContext>(rank, world, local_rank, local_world, restarts);
+  if (!uses_agent_store() && rank == 0) ctx->server_ = host_store(port);
   ctx->client_ = connect_store(host, port, options.timeout);
   ctx->store_ =
       std::make_shared<rdzv::PrefixStore>("ddprun_sdk/attempt_" + std::to_string(restarts), ctx->client_);

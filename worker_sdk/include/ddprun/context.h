@@ -6,13 +6,18 @@
 //   ctx->process_group().all_reduce(buf, n, DType::kFloat32, ReduceOp::kAvg);
 //
 // Environment read: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RESTART_COUNT (missing RANK/WORLD_SIZE = single process). The store is the agent's TCPStore,
-// namespaced per attempt ("ddprun_sdk/attempt_<n>/"), so a restarted group never reads stale keys.
-// The store is reached in the modern TCPStore dialect (ddprun's agent store), falling back to the legacy one
-// (torchrun of torch 1.13/2.0). Also read, for the CPU backend: DDPRUN_CPU_TRANSPORT=auto|tcp (tcp: the TCP
-// ring even between ranks of one host) and DDPRUN_SHM_SLOT_BYTES (shared-memory chunk size).
-// Errors: std::runtime_error naming the variable or the endpoint (unreachable store within the timeout);
-// CollectiveError when the process group cannot form (a rank missing at the timeout).
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STORE (missing RANK/WORLD_SIZE = single process).
+// The store at MASTER_ADDR:MASTER_PORT is, as for torch's env:// initialisation, the agent's TCPStore when
+// TORCHELASTIC_USE_AGENT_STORE=True (ddprun; torchrun's static rendezvous; torchrun >= 2.4 with c10d),
+// else one that rank 0 hosts there for the lifetime of its Context (torchrun 1.13 with c10d or
+// --standalone); it is namespaced per attempt ("ddprun_sdk/attempt_<n>/"), so a restarted group never
+// reads stale keys. The store is reached in the modern TCPStore dialect (ddprun's stores, torch >= 2.x),
+// falling back to the legacy one (torchrun of torch 1.13/2.0). Also read, for the CPU backend:
+// DDPRUN_CPU_TRANSPORT=auto|tcp (tcp: the TCP ring even between ranks of one host) and
+// DDPRUN_SHM_SLOT_BYTES (shared-memory chunk size).
+// Errors: std::runtime_error naming the variable or the endpoint (unreachable store within the timeout;
+// rank 0 cannot listen on MASTER_PORT); CollectiveError when the process group cannot form (a rank missing
+// at the timeout).
 #pragma once
 
 #include <chrono>
@@ -44,7 +49,7 @@ class Context {
   int restart_count() const { return restart_count_; }
   bool is_main() const { return rank_ == 0; }
   virtual ProcessGroup& process_group() = 0;
-  // The agent's store under this attempt's prefix (nullptr when running as a single process).
+  // The job's store (see above) under this attempt's prefix (nullptr when running as a single process).
   virtual rdzv::Store* store() = 0;
   void barrier() { process_group().barrier(); }
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The worker SDK on libtorch 2.6: configures and builds ddprun, the SDK and the SDK's tests with the project's
+# CMake inside the torch 2.6 root (Debian 13: GCC 14, Boost 1.83, spdlog 1.15/fmt 10, CLI11 2.4, Catch2 3,
+# libtorch 2.6; scripts/torch26-root.sh), warnings as errors, CUDA and NCCL off; then runs there, with CTest,
+# every test labelled worker_sdk: sdk_unit_tests, sdk_integration_tests, sdk_process_tests,
+# sdk.allreduce_check.*, worker_sdk_torch_tests (the sampler against Python torch 2.6), sdk.gradient_check.*,
+# sdk.example_train (under ddprun) and sdk.example_train.torchrun (under torch 2.6's own torchrun).
+# CTest sdk.libtorch26 runs this script.
+#
+#   scripts/check-sdk-torch26.sh
+#
+# Build directory: $DDPRUN_TORCH26_BUILD_DIR, default /var/cache/ddprun/build-torch26: outside the repository
+# (never its build/, which is the host's), reused, so a rerun rebuilds only what changed (a first build takes
+# about 20 minutes on 2 cores, at nice 10, only the targets the tests need). $DDPRUN_CHECK_JOBS: parallel
+# compile and test jobs (default: nproc). Needs root (the chroot; the first run also builds the root).
+# Exit status: 0 when everything built and every selected test passed; 1 otherwise (the failing step's
+# output is shown).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDPRUN_TORCH26_BUILD_DIR:-/var/cache/ddprun/build-torch26}
+jobs=${DDPRUN_CHECK_JOBS:-$(nproc)}
+
+die() {
+  echo "check-sdk-torch26: $*" >&2
+  exit 1
+}
+
+[[ $build == /* ]] || die "DDPRUN_TORCH26_BUILD_DIR must be an absolute path (got '$build')"
+case $build/ in
+  "$repo"/build/*) die "$build is the host's build directory; use a directory of its own" ;;
+esac
+[[ $(id -u) -eq 0 ]] || die "needs root (scripts/torch26-root.sh enters the root with unshare and chroot)"
+
+"$repo/scripts/torch26-root.sh" >/dev/null # builds the root when missing or stale
+mkdir -p "$build"
+# One check at a time per build directory.
+exec 9>"$build.lock"
+flock -w 1800 9 || die "another check holds $build.lock (waited 30 minutes)"
+
+# Inside the root, with the build directory as working directory: torch26-root.sh binds it (and /work, /tmp)
+# at the same path. The host's PATH may name host-only tools first (pyenv shims): the root's own PATH.
+in_root() {
+  (cd "$build" && nice -n 10 "$repo/scripts/torch26-root.sh" run \
+    env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@")
+}
+
+echo "check-sdk-torch26: toolchain in the root:"
+in_root sh -c 'g++ --version | head -n1; cmake --version | head -n1;
+  python3 -c "import torch; print(\"torch\", torch.__version__)"'
+
+echo "check-sdk-torch26: configuring $build"
+in_root cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
+  -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
+  -DDDPRUN_TORCH_PYTHON=/usr/bin/python3 -DDDPRUN_TORCHRUN=/usr/bin/torchrun >"$build/configure.log" 2>&1 || {
+  tail -n 40 "$build/configure.log" >&2
+  die "configure failed (log: $build/configure.log)"
+}
+
+targets=(ddprun ddprun_sdk ddprun_sdk_torch ddprun-example-train sdk_unit_tests sdk_integration_tests
+  sdk_process_tests sdk_allreduce_check worker_sdk_torch_tests sdk_gradient_check)
+echo "check-sdk-torch26: building ${targets[*]} (-j $jobs)"
+start=$SECONDS
+in_root cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/build.log" 2>&1 || {
+  grep -E -A 8 'error|FAILED' "$build/build.log" | head -n 80 >&2
+  die "build failed (log: $build/build.log)"
+}
+echo "check-sdk-torch26: built in $((SECONDS - start)) s"
+
+# The selection must hold the tests this check is about: a renamed test or torchrun missing from the root
+# would otherwise pass unnoticed.
+required=(sdk.example_train sdk.example_train.torchrun sdk.gradient_check.ddprun2 sdk.allreduce_check.ddprun2)
+for name in "${required[@]}"; do
+  listed=$(in_root ctest --test-dir "$build" -N -L worker_sdk -R "^${name//./\\.}\$")
+  [[ $listed == *"Total Tests: 1"* ]] || die "test $name is not registered with label worker_sdk in $build"
+done
+# A Catch2 executable whose tests were not discovered registers <target>_NOT_BUILT, without labels.
+for target in sdk_unit_tests sdk_integration_tests sdk_process_tests worker_sdk_torch_tests; do
+  listed=$(in_root ctest --test-dir "$build" -N -R "^${target}_NOT_BUILT")
+  [[ $listed == *"Total Tests: 0"* ]] || die "the tests of $target were not discovered in $build"
+done
+
+echo "check-sdk-torch26: running the worker SDK's tests (ctest -L worker_sdk)"
+in_root ctest --test-dir "$build" -L worker_sdk --output-on-failure --no-tests=error -j "$jobs" \
+  --timeout 600 || die "worker SDK tests failed with libtorch 2.6 (build: $build)"
+echo "check-sdk-torch26: the worker SDK builds and passes its tests with libtorch 2.6"

@@ -1,0 +1,132 @@
+// Unit tests of agent/worker_env: global rank assignment and the environment contract between the agent and
+// its workers (torchrun's variables), computed from the agent's environment without touching the process.
+#include "agent/worker_env.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+
+using namespace ddprun::agent;
+
+namespace {
+
+WorkerIdentity second_worker_of_node_1() {
+  WorkerIdentity who;
+  who.local_rank = 1;
+  who.rank = 5;
+  who.local_world_size = 2;
+  who.world_size = 8;
+  who.group_rank = 1;
+  who.group_world_size = 3;
+  who.role = "trainer";
+  return who;
+}
+
+RoundEnv round_2() {
+  RoundEnv r;
+  r.master_addr = "10.0.0.1";
+  r.master_port = 29400;
+  r.restart_count = 2;
+  r.max_restarts = 3;
+  r.run_id = "job-42";
+  r.error_file = "/logs/attempt_2/1/error.json";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("assign_ranks: base rank is the sum of the lower nodes' local world sizes", "[worker_env]") {
+  const std::vector<int> lws{2, 3, 1};
+  CHECK(assign_ranks(lws, 0).base_rank == 0);
+  CHECK(assign_ranks(lws, 1).base_rank == 2);
+  CHECK(assign_ranks(lws, 2).base_rank == 5);
+  for (int node = 0; node < 3; ++node) CHECK(assign_ranks(lws, node).world_size == 6);
+  CHECK(assign_ranks({4}, 0).world_size == 4);
+  CHECK_THROWS_AS(assign_ranks(lws, 3), std::out_of_range);
+  CHECK_THROWS_AS(assign_ranks(lws, -1), std::out_of_range);
+  CHECK_THROWS_AS(assign_ranks({}, 0), std::out_of_range);
+}
+
+TEST_CASE("worker_env sets torchrun's contract on top of the agent's environment", "[worker_env]") {
+  const Env base{{"PATH", "/usr/bin"}, {"RANK", "99"}, {"MASTER_PORT", "1"}, {"HOME", "/home/u"}};
+  Env env = worker_env(base, second_worker_of_node_1(), round_2(), false);
+  const Env expected_contract{
+      {"LOCAL_RANK", "1"},
+      {"RANK", "5"},
+      {"GROUP_RANK", "1"},
+      {"ROLE_RANK", "5"},
+      {"ROLE_NAME", "trainer"},
+      {"LOCAL_WORLD_SIZE", "2"},
+      {"WORLD_SIZE", "8"},
+      {"GROUP_WORLD_SIZE", "3"},
+      {"ROLE_WORLD_SIZE", "8"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29400"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job-42"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+  };
+  for (const auto& [name, value] : expected_contract) {
+    INFO(name);
+    REQUIRE(env.count(name));
+    CHECK(env.at(name) == value);
+  }
+  CHECK(env.at("PATH") == "/usr/bin");  // inherited
+  CHECK(env.at("HOME") == "/home/u");
+  CHECK(env.size() == expected_contract.size() + 2);  // nothing else: no OMP_NUM_THREADS unless asked
+  CHECK_FALSE(env.count("OMP_NUM_THREADS"));
+}
+
+TEST_CASE("worker_env: the user's own settings of the optional variables win", "[worker_env]") {
+  RoundEnv round = round_2();
+  SECTION("OMP_NUM_THREADS=1 only when the caller asks and the user did not set it") {
+    CHECK(worker_env({}, second_worker_of_node_1(), round, true).at("OMP_NUM_THREADS") == "1");
+    CHECK(worker_env({{"OMP_NUM_THREADS", "8"}}, second_worker_of_node_1(), round, true)
+              .at("OMP_NUM_THREADS") == "8");
+  }
+  SECTION("NCCL error handling defaults to 1 but keeps the user's value") {
+    Env env = worker_env({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}, {"NCCL_ASYNC_ERROR_HANDLING", "3"}},
+                         second_worker_of_node_1(), round, false);
+    CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
+    CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "3");
+  }
+  SECTION("no error file: TORCHELASTIC_ERROR_FILE is not set") {
+    round.error_file.clear();
+    CHECK_FALSE(worker_env({}, second_worker_of_node_1(), round, false).count("TORCHELASTIC_ERROR_FILE"));
+  }
+  SECTION("without the agent store") {
+    round.use_agent_store = false;
+    CHECK(worker_env({}, second_worker_of_node_1(), round, false).at("TORCHELASTIC_USE_AGENT_STORE") ==
+          "False");
+  }
+}
+
+TEST_CASE("contract_variables names exactly what worker_env can set", "[worker_env]") {
+  Env env = worker_env({}, second_worker_of_node_1(), round_2(), true);
+  std::set<std::string> set_names;
+  for (const auto& [name, value] : env) set_names.insert(name);
+  const auto& listed = contract_variables();
+  CHECK(std::set<std::string>(listed.begin(), listed.end()) == set_names);
+  CHECK(listed.size() == set_names.size());  // no duplicates
+}
+
+TEST_CASE("current_environment reads the process environment, values with '=' included", "[worker_env]") {
+  REQUIRE(::setenv("DDPRUN_WORKER_ENV_TEST", "a=b=c", 1) == 0);
+  REQUIRE(::setenv("DDPRUN_WORKER_ENV_EMPTY", "", 1) == 0);
+  Env env = current_environment();
+  ::unsetenv("DDPRUN_WORKER_ENV_TEST");
+  ::unsetenv("DDPRUN_WORKER_ENV_EMPTY");
+  CHECK(env.at("DDPRUN_WORKER_ENV_TEST") == "a=b=c");
+  CHECK(env.at("DDPRUN_WORKER_ENV_EMPTY").empty());
+  CHECK_FALSE(current_environment().count("DDPRUN_WORKER_ENV_TEST"));
+}

@@ -1,0 +1,116 @@
+// Unit tests of agent/worker_launches: what the agent spawns for one round (argv, environment, log files,
+// console routing) from its configuration and the rendezvous result. Pure: no file or process is touched.
+#include "agent/worker_launches.h"
+
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+
+using namespace ddprun::agent;
+
+namespace {
+
+// Two local workers on node 1 of 3 in round 2 (the third attempt), ranks 4 and 5 of 9.
+AgentConfig two_workers() {
+  AgentConfig c;
+  c.role = "trainer";
+  c.worker_argv = {{"python3", "train.py", "--lr", "0.1"}, {"python3", "train.py", "--lr", "0.1"}};
+  c.outputs.resize(2);
+  c.outputs[0].stdout_to_file = true;
+  c.outputs[0].stdout_to_console = false;
+  c.outputs[0].prefix_console = true;
+  c.outputs[1].stderr_to_console = false;
+  c.base_env = {{"HOME", "/home/u"}};
+  c.set_omp_threads = true;
+  c.max_restarts = 3;
+  c.node_tag = "n1";
+  return c;
+}
+
+ddprun::rdzv::RendezvousInfo node_1_round_2() {
+  ddprun::rdzv::RendezvousInfo info;
+  info.round = 2;
+  info.group_rank = 1;
+  info.group_world_size = 3;
+  info.base_rank = 4;
+  info.world_size = 9;
+  info.store_host = "10.0.0.1";
+  info.store_port = 29400;
+  return info;
+}
+
+std::vector<WorkerLogPaths> paths(int n) {
+  std::vector<WorkerLogPaths> out;
+  for (int lr = 0; lr < n; ++lr) {
+    WorkerLogPaths p;
+    p.local_rank = lr;
+    p.dir = "/logs/job_x/attempt_2/" + std::to_string(lr);
+    p.stdout_file = p.dir / "stdout.log";
+    p.stderr_file = p.dir / "stderr.log";
+    p.error_file = p.dir / "error.json";
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("worker_launches: one launch per local rank with its ranks and the round's environment",
+          "[worker_launches]") {
+  const auto p = paths(2);
+  auto ws = worker_launches(two_workers(), node_1_round_2(), p, {4, 5}, "job-42");
+  REQUIRE(ws.size() == 2);
+  for (int lr = 0; lr < 2; ++lr) {
+    const WorkerLaunch& w = ws[static_cast<size_t>(lr)];
+    INFO("local rank " << lr);
+    CHECK(w.local_rank == lr);
+    CHECK(w.argv == std::vector<std::string>{"python3", "train.py", "--lr", "0.1"});
+    CHECK(w.env.at("LOCAL_RANK") == std::to_string(lr));
+    CHECK(w.env.at("RANK") == std::to_string(4 + lr));
+    CHECK(w.env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(w.env.at("WORLD_SIZE") == "9");
+    CHECK(w.env.at("GROUP_RANK") == "1");
+    CHECK(w.env.at("GROUP_WORLD_SIZE") == "3");
+    CHECK(w.env.at("ROLE_NAME") == "trainer");
+    CHECK(w.env.at("MASTER_ADDR") == "10.0.0.1");
+    CHECK(w.env.at("MASTER_PORT") == "29400");
+    CHECK(w.env.at("TORCHELASTIC_RESTART_COUNT") == "2");  // the round: every round is a new attempt
+    CHECK(w.env.at("TORCHELASTIC_MAX_RESTARTS") == "3");
+    CHECK(w.env.at("TORCHELASTIC_RUN_ID") == "job-42");
+    CHECK(w.env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+    CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == p[static_cast<size_t>(lr)].error_file.string());
+    CHECK(w.env.at("OMP_NUM_THREADS") == "1");
+    CHECK(w.env.at("HOME") == "/home/u");
+    CHECK(w.stderr_file == p[static_cast<size_t>(lr)].stderr_file);  // always, for the failure report
+    CHECK(w.whole_lines);                                            // two workers share the console
+  }
+  // Rank 0: stdout to its file only, console lines prefixed with the node tag.
+  CHECK(ws[0].stdout_file == p[0].stdout_file);
+  CHECK_FALSE(ws[0].console_stdout);
+  CHECK(ws[0].console_stderr);
+  CHECK(ws[0].prefix == "[n1:trainer0]:");
+  // Rank 1: stdout to the console only, no prefix, stderr only to its file.
+  CHECK(ws[1].stdout_file.empty());
+  CHECK(ws[1].console_stdout);
+  CHECK_FALSE(ws[1].console_stderr);
+  CHECK(ws[1].prefix.empty());
+}
+
+TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") {
+  AgentConfig c;
+  c.worker_argv = {{"/bin/true"}};
+  c.outputs.resize(1);
+  c.outputs[0].prefix_console = true;
+  ddprun::rdzv::RendezvousInfo info;  // round 0 of a one-node job
+  info.store_host = "127.0.0.1";
+  info.store_port = 1234;
+  auto ws = worker_launches(c, info, paths(1), {0}, "none");
+  REQUIRE(ws.size() == 1);
+  CHECK(ws[0].prefix == "[default0]:");
+  CHECK_FALSE(ws[0].whole_lines);  // alone on the console: lines pass through as they come
+  CHECK(ws[0].env.at("TORCHELASTIC_RESTART_COUNT") == "0");
+  CHECK(ws[0].env.at("WORLD_SIZE") == "1");
+  CHECK(ws[0].env.at("RANK") == "0");
+  CHECK_FALSE(ws[0].env.count("OMP_NUM_THREADS"));  // set_omp_threads is the caller's choice
+}

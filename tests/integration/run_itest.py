@@ -1,0 +1,60 @@
+"""Runs integration test modules for ctest and turns the unittest result into an exit code ctest can read.
+
+    python3 run_itest.py NAME...    NAME: a module, module.Class or module.Class.test (unittest names)
+
+Exit codes (tests/integration/CMakeLists.txt sets SKIP_RETURN_CODE 77):
+    0   every selected test ran and passed; some may have been skipped (listed at the end), unless
+        DDPRUN_REQUIRE_ALL_SUITES=1
+    1   a failure or error, no test at all, or - with DDPRUN_REQUIRE_ALL_SUITES=1 - any skip
+    77  nothing ran: every test skipped (the machine cannot run this module: no root, no namespaces, ...)
+So a module is reported Skipped only when none of it ran: a failure next to a skip is a failure, and a partial
+skip passes with its reasons printed. (Matching "skipped '" in the output, as ctest's SKIP_REGULAR_EXPRESSION
+did, reported a whole module as Skipped when one test skipped and the others ran - or failed.)
+
+The test modules skip through ddprun_testlib.skip_unless_required(), which already fails instead of skipping
+under DDPRUN_REQUIRE_ALL_SUITES=1; the check here also catches any other skip. Standard library only.
+"""
+import sys
+import unittest
+
+import ddprun_testlib
+
+EXIT_SKIPPED = 77
+
+
+def exit_code(result):
+    """0, 1 or EXIT_SKIPPED for a finished unittest result (see the module comment)."""
+    if not result.wasSuccessful():
+        return 1
+    # A test that skips itself counts in testsRun; a class or module whose set-up skipped runs no test and
+    # appears in `skipped` as a placeholder that is not a TestCase.
+    executed = result.testsRun - sum(1 for test, _ in result.skipped if isinstance(test, unittest.TestCase))
+    if result.skipped:
+        print(f"\nrun_itest: {len(result.skipped)} skipped:", flush=True)
+        for test, reason in result.skipped:
+            print(f"  {test}: {reason}", flush=True)
+        if ddprun_testlib.REQUIRE_ALL_SUITES:
+            print("run_itest: FAILED - DDPRUN_REQUIRE_ALL_SUITES=1: this machine must run every test of the module",
+                  flush=True)
+            return 1
+        if executed == 0:
+            print("run_itest: nothing ran (exit 77: skipped)", flush=True)
+            return EXIT_SKIPPED
+        return 0
+    if executed == 0:
+        print("run_itest: FAILED - no test was selected", flush=True)
+        return 1
+    return 0
+
+
+def main(names):
+    if not names:
+        print(__doc__, file=sys.stderr)
+        return 2
+    suite = unittest.defaultTestLoader.loadTestsFromNames(names)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    return exit_code(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
