@@ -95,13 +95,15 @@ class RecordingProxy:
     sent. It runs in a child process (this module run as a script): torch 1.13's TCPStore constructor holds the
     GIL while it waits for its first reply, so a relay in the clients' own process would deadlock. Each
     connection's client bytes go to their own file in a temporary directory, written before they are
-    forwarded: once a client has its reply, its request is on record. close() stops the relay."""
+    forwarded: once a client has its reply, its request is on record. close() stops the relay and removes the
+    directory; the relay also ends by itself when the process that started it ends."""
 
     def __init__(self, host, upstream_port):
         self.host = host
         self._dir = tempfile.mkdtemp(prefix="ddprun-wire-")
+        # Its stdin is a pipe from here: the relay exits when this process is gone, however it ended.
         self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), host, str(upstream_port), self._dir],
-                                      stdout=subprocess.PIPE, text=True)
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self._proc.stdout.readline()
         if not line.startswith("port "):
             self.close()
@@ -122,12 +124,20 @@ class RecordingProxy:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
+        self._proc.stdin.close()
         self._proc.stdout.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _relay(host, upstream_port, record_dir):
-    """The proxy process: accepts on (host, free port), prints "port N", relays until killed."""
+    """The proxy process: accepts on (host, free port), prints "port N", relays until killed or until its stdin
+    reaches end of file (its parent is gone)."""
+
+    def exit_with_parent():
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.bind((host, 0))
