@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous_participants.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
@@ -24,11 +25,9 @@ namespace ddprun::rdzv {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using namespace testing;
 using std::chrono::milliseconds;
 
-constexpr auto kLimit = 20s;  // bound of every wait; never reached when things work
-const std::string kRunId = "job";
 
 StoreServerOptions loopback_server() {
   StoreServerOptions o;
@@ -60,47 +59,10 @@ DynamicRendezvousOptions c10d(uint16_t port, const std::string& identity, int mi
   return o;
 }
 
-StoreClientOptions observer_options() {
-  StoreClientOptions o;
-  o.connect_timeout = 5s;
-  o.timeout = 5s;
-  return o;
-}
 
-std::string rkey(int round, const std::string& k) {
-  return "ddprun/" + kRunId + "/r" + std::to_string(round) + "/" + k;
-}
 
-// Polls `pred` until it holds or kLimit passes. For store state that has no event to await (counter values).
-template <typename Pred>
-bool eventually(Pred pred) {
-  auto deadline = Clock::now() + kLimit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
-// One agent: its rendezvous and the join it runs on a thread of its own. The future is declared after the
-// rendezvous, so a failing test first waits for the join to end (bounded by join_timeout), then destroys it.
-struct Node {
-  std::unique_ptr<DynamicRendezvous> rdzv;
-  std::future<RendezvousInfo> round;
-
-  explicit Node(DynamicRendezvousOptions o) : rdzv(std::make_unique<DynamicRendezvous>(std::move(o))) {}
-  void join(int local_world_size) {
-    round = std::async(std::launch::async,
-                       [r = rdzv.get(), local_world_size] { return r->next_rendezvous(local_world_size); });
-  }
-  bool ready(std::chrono::milliseconds limit = kLimit) const {
-    return round.wait_for(limit) == std::future_status::ready;
-  }
-  RendezvousInfo info() {
-    REQUIRE(ready());
-    return round.get();
-  }
-};
+using Node = testing::Participant<DynamicRendezvous>;
 
 // Joins `node` and waits until its arrival shows in round r's counter: arrival indexes follow call order.
 void join_in_order(Node& node, int lws, StoreClient& obs, int round) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous_participants.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
@@ -23,10 +24,8 @@ namespace ddprun::rdzv {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using namespace testing;
 
-constexpr auto kLimit = 20s;  // bound of every wait; never reached when things work
-const std::string kRunId = "job";
 
 // Node 0 hosts the store on a free port of 127.0.0.1; the others connect to it.
 StaticRendezvousOptions static_node(uint16_t port, int node_rank, int nnodes) {
@@ -44,46 +43,10 @@ StaticRendezvousOptions static_node(uint16_t port, int node_rank, int nnodes) {
   return o;
 }
 
-StoreClientOptions observer_options() {
-  StoreClientOptions o;
-  o.connect_timeout = 5s;
-  o.timeout = 5s;
-  return o;
-}
 
-std::string rkey(int round, const std::string& k) {
-  return "ddprun/" + kRunId + "/r" + std::to_string(round) + "/" + k;
-}
 
-template <typename Pred>
-bool eventually(Pred pred) {
-  auto deadline = Clock::now() + kLimit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
-// One agent: its rendezvous and the join it runs on a thread of its own (the future, declared last, is
-// waited for before the rendezvous is destroyed).
-struct Node {
-  std::unique_ptr<StaticRendezvous> rdzv;
-  std::future<RendezvousInfo> round;
-
-  explicit Node(StaticRendezvousOptions o) : rdzv(std::make_unique<StaticRendezvous>(std::move(o))) {}
-  void join(int local_world_size) {
-    round = std::async(std::launch::async,
-                       [r = rdzv.get(), local_world_size] { return r->next_rendezvous(local_world_size); });
-  }
-  bool ready(std::chrono::milliseconds limit = kLimit) const {
-    return round.wait_for(limit) == std::future_status::ready;
-  }
-  RendezvousInfo info() {
-    REQUIRE(ready());
-    return round.get();
-  }
-};
+using Node = testing::Participant<StaticRendezvous>;
 
 // Runs `body` in a forked child (another pid: another agent identity); returns what it wrote and its exit
 // code. The child is killed at kLimit; nothing outlives the call.
