@@ -49,6 +49,14 @@ echo "check-sdk-torch26: toolchain in the root:"
 in_root sh -c 'g++ --version | head -n1; cmake --version | head -n1;
   python3 -c "import torch; print(\"torch\", torch.__version__)"'
 
+# A build directory configured from another checkout (CI clones afresh) cannot be reused: CMake refuses a
+# cache whose source directory differs. Start it over then.
+if [[ -f $build/CMakeCache.txt ]] &&
+  ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$repo" "$build/CMakeCache.txt"; then
+  echo "check-sdk-torch26: $build was configured from another source tree; starting it over"
+  find "$build" -mindepth 1 -delete
+fi
+
 echo "check-sdk-torch26: configuring $build"
 in_root cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
   -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
