@@ -183,7 +183,7 @@ void ElasticAgent::Loop::begin_stop(int sig) {
 }
 
 ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, int& exit_code) {
-  const int nproc = static_cast<int>(config_.worker_argv.size());
+  const int nproc = static_cast<int>(config_.workers.size());
   const int node = round.info.group_rank;
   int running = nproc;
   int succeeded = 0;
@@ -382,7 +382,7 @@ int ElasticAgent::Loop::run() {
   }
   start_io();
 
-  const int nproc = static_cast<int>(config_.worker_argv.size());
+  const int nproc = static_cast<int>(config_.workers.size());
   int exit_code = 0;
   while (true) {
     Round round;

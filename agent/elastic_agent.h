@@ -25,19 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "agent/exit_codes.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::agent {
-
-// Exit codes of the agent besides a worker's own code (and 128+N after signal N).
-enum ExitCode : int {
-  kExitSuccess = 0,
-  kExitUsage = 2,           // bad command line or configuration (nothing was started)
-  kExitStoreFailed = 3,     // the store could not listen (port in use) or was lost
-  kExitRendezvousFailed = 4,  // join timeout, unreachable endpoint, closed rendezvous
-  kExitSpawnFailed = 5,     // a worker could not be started (program not found, log dir unwritable)
-};
 
 // Where one local rank's output goes (torchrun's --redirects / --tee / --local_ranks_filter, resolved).
 struct WorkerOutput {
@@ -48,11 +40,17 @@ struct WorkerOutput {
   bool prefix_console = false;  // "[<node tag><role><local_rank>]:" before every console line
 };
 
+// The blueprint of one local worker (torch's WorkerSpec, per local rank): what to run and where its output
+// goes. The rest of its launch (ranks, environment, log paths) comes from each round.
+struct WorkerSpec {
+  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH; no shell
+  WorkerOutput output;
+};
+
 struct AgentConfig {
   std::string role = "default";
-  std::string script_name;                            // for messages ("train.py")
-  std::vector<std::vector<std::string>> worker_argv;  // per local rank; its size is the local world size
-  std::vector<WorkerOutput> outputs;                  // per local rank
+  std::string script_name;          // for messages ("train.py")
+  std::vector<WorkerSpec> workers;  // index = local rank; its size is the local world size
   Env base_env;                                       // inherited by every worker
   bool set_omp_threads = false;
   int max_restarts = 0;

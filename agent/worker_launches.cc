@@ -9,11 +9,11 @@ namespace ddprun::agent {
 std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv::RendezvousInfo& info,
                                           const std::vector<WorkerLogPaths>& paths,
                                           const std::vector<int>& ranks, const std::string& run_id) {
-  const int nproc = static_cast<int>(config.worker_argv.size());
+  const int nproc = static_cast<int>(config.workers.size());
   std::vector<WorkerLaunch> out;
   for (int lr = 0; lr < nproc; ++lr) {
     const auto& p = paths[static_cast<size_t>(lr)];
-    const WorkerOutput& o = config.outputs[static_cast<size_t>(lr)];
+    const WorkerOutput& o = config.workers[static_cast<size_t>(lr)].output;
     WorkerIdentity who{.local_rank = lr,
                        .rank = ranks[static_cast<size_t>(lr)],
                        .local_world_size = nproc,
@@ -33,7 +33,7 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
                  .error_file = p.error_file.string()};
     WorkerLaunch w;
     w.local_rank = lr;
-    w.argv = config.worker_argv[static_cast<size_t>(lr)];
+    w.argv = config.workers[static_cast<size_t>(lr)].argv;
     w.env = worker_env(config.base_env, who, env, config.set_omp_threads);
     if (o.stdout_to_file) w.stdout_file = p.stdout_file;
     // stderr always goes to its log file as well, so a failure can quote its last lines.

@@ -8,7 +8,7 @@
 // "<node_tag>:" when the tag is empty) when prefix_console is set.
 //
 // Pure: touches no file or process. Thread-safe. Preconditions (broken ones are bugs, not user errors):
-// config.outputs, paths and ranks have one entry per local rank (config.worker_argv.size()).
+// paths and ranks have one entry per local rank (config.workers.size()).
 #pragma once
 
 #include <string>

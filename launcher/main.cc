@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/elastic_agent.h"
+#include "agent/exit_codes.h"
 #include "agent/worker_env.h"
 #include "launcher/dry_run.h"
 #include "launcher/flag_values.h"
@@ -57,7 +58,7 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
   a.signals_to_handle = c.signals_to_handle;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) {
-      a.signal_exit_codes[sig] = ddprun::launcher::kExitSlurmInterrupted;
+      a.signal_exit_codes[sig] = ddprun::agent::kExitSlurmInterrupted;
     }
   }
   a.log_dir = c.log_dir;
@@ -68,7 +69,6 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
     a.node_tag = "n" + std::to_string(c.node_rank);
   }
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {
-    a.worker_argv.push_back(c.worker_argv(lr));
     Std redirect = c.redirects.for_rank(lr);
     Std tee = c.tee.for_rank(lr);
     bool shown = !c.local_ranks_filter || c.local_ranks_filter->count(lr);
@@ -78,7 +78,7 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
     o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
     o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
     o.prefix_console = tee != Std::kNone || c.local_ranks_filter.has_value() || c.max_nodes > 1;
-    a.outputs.push_back(o);
+    a.workers.push_back({.argv = c.worker_argv(lr), .output = o});
   }
   return a;
 }
@@ -166,7 +166,7 @@ int print_plan(const LaunchConfig& c, const ddprun::agent::AgentConfig& a) {
                                   .run_id = c.rdzv_id,
                                   .use_agent_store = true,
                                   .error_file = "<log_dir>/attempt_0/" + std::to_string(lr) + "/error.json"};
-    plan.workers.push_back({lr, who.rank, a.worker_argv[static_cast<size_t>(lr)],
+    plan.workers.push_back({lr, who.rank, a.workers[static_cast<size_t>(lr)].argv,
                             ddprun::agent::worker_env(a.base_env, who, round, a.set_omp_threads)});
   }
   std::cout << ddprun::launcher::format_plan(c, plan);

@@ -28,10 +28,6 @@
 
 namespace ddprun::launcher {
 
-// Exit code of ddprun under Slurm when SIGTERM, SIGUSR1 or SIGUSR2 stopped the job (scancel, preemption,
-// time limit, `srun --signal`): the work is incomplete and may be requeued. EX_TEMPFAIL of <sysexits.h>.
-constexpr int kExitSlurmInterrupted = 75;
-
 // The store key agent 0 sets to SlurmSettings::step_token once its store listens; other agents accept a
 // candidate port only when this key holds their own token.
 inline constexpr const char* kSlurmStepKey = "ddprun/slurm-step";

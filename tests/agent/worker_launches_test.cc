@@ -15,12 +15,12 @@ namespace {
 AgentConfig two_workers() {
   AgentConfig c;
   c.role = "trainer";
-  c.worker_argv = {{"python3", "train.py", "--lr", "0.1"}, {"python3", "train.py", "--lr", "0.1"}};
-  c.outputs.resize(2);
-  c.outputs[0].stdout_to_file = true;
-  c.outputs[0].stdout_to_console = false;
-  c.outputs[0].prefix_console = true;
-  c.outputs[1].stderr_to_console = false;
+  c.workers.resize(2);
+  for (auto& w : c.workers) w.argv = {"python3", "train.py", "--lr", "0.1"};
+  c.workers[0].output.stdout_to_file = true;
+  c.workers[0].output.stdout_to_console = false;
+  c.workers[0].output.prefix_console = true;
+  c.workers[1].output.stderr_to_console = false;
   c.base_env = {{"HOME", "/home/u"}};
   c.set_omp_threads = true;
   c.max_restarts = 3;
@@ -99,9 +99,8 @@ TEST_CASE("worker_launches: one launch per local rank with its ranks and the rou
 
 TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") {
   AgentConfig c;
-  c.worker_argv = {{"/bin/true"}};
-  c.outputs.resize(1);
-  c.outputs[0].prefix_console = true;
+  c.workers = {{.argv = {"/bin/true"}}};
+  c.workers[0].output.prefix_console = true;
   ddprun::rdzv::RendezvousInfo info;  // round 0 of a one-node job
   info.store_host = "127.0.0.1";
   info.store_port = 1234;
