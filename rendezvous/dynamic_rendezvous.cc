@@ -1,7 +1,7 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <algorithm>
-#include <charconv>
+#include <climits>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "rendezvous/endpoint.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::rdzv {
 
@@ -22,28 +23,10 @@ using std::chrono::milliseconds;
 
 namespace {
 
-std::string local_hostname() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-std::vector<std::string> split(std::string_view text, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    auto pos = text.find(sep, start);
-    out.emplace_back(text.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
-    if (pos == std::string_view::npos) return out;
-    start = pos + 1;
-  }
-}
-
 int to_int(const std::string& s, const std::string& what) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) throw BadReplyError("rendezvous: unreadable " + what + " '" + s + "'");
-  return v;
+  auto v = parse_int(s);
+  if (!v || *v < INT_MIN || *v > INT_MAX) throw BadReplyError("rendezvous: unreadable " + what + " '" + s + "'");
+  return static_cast<int>(*v);
 }
 
 std::string address_text(const sockaddr* sa) {

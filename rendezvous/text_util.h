@@ -1,0 +1,23 @@
+// Small helpers shared by every component (rendezvous, agent, launcher, worker SDK): splitting and reading
+// numbers in text, and this machine's host name. Pure except local_hostname() (one system call).
+// Thread-safe; nothing throws except std::bad_alloc.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::rdzv {
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""} (always at least one part).
+std::vector<std::string> split(std::string_view text, char sep);
+
+// The whole of `text` as a decimal integer with an optional sign ("+3", "-1"), or nullopt (empty, other
+// characters, out of range). No spaces are skipped: trim first where a user may type them.
+std::optional<long long> parse_int(std::string_view text);
+
+// gethostname(2) as given by the system (maybe a fully qualified name); "" when it fails.
+std::string local_hostname();
+
+}  // namespace ddprun::rdzv
