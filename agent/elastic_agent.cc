@@ -3,6 +3,7 @@
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include <atomic>
+#include <deque>
 #include <boost/asio.hpp>
 #include <csignal>
 #include <future>
@@ -16,25 +17,18 @@
 #include "agent/failure_summary.h"
 #include "agent/log_layout.h"
 #include "agent/process_context.h"
-#include "agent/worker_launches.h"
-#include "rendezvous/store_error.h"
+#include "agent/worker_group.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
-using rdzv::RoundStop;
 
 namespace {
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string hostname() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
 }
 
 }  // namespace
@@ -54,13 +48,12 @@ class ElasticAgent::Loop {
   int run();
 
  private:
-  struct Round {
-    rdzv::RendezvousInfo info;
-    std::vector<WorkerLogPaths> paths;
-    std::vector<int> ranks;
+  // How one round ended (from supervise()'s kFinish action).
+  struct RoundEnd {
+    Outcome outcome = Outcome::kExit;
+    int exit_code = 0;
+    bool close_rendezvous = true;
   };
-  // kRestart: a failure, counted against max_restarts. kRejoin: a membership change, not counted.
-  enum class Outcome { kSucceeded, kRestart, kRejoin, kExit };
 
   template <typename F>
   auto on_io(F f) -> decltype(f()) {
@@ -70,19 +63,18 @@ class ElasticAgent::Loop {
     return fut.get();
   }
 
+  bool open_log_dir();
   void start_io();
   void arm_signals();
   void start_watcher(int round);
   void stop_watcher();
-  Outcome supervise(const Round& round, int& exit_code);
-  WorkerFailure failure_of(const Round& round, const Event& e) const;
-  void begin_stop(int sig);
-  // The signal that made a node stop the round (kShutdown with exit code 128+N), or 0.
-  static int shutdown_signal(const rdzv::RoundStop& stop) {
-    bool by_signal = stop.kind == rdzv::RoundStop::Kind::kShutdown && stop.exit_code > 128 &&
-                     stop.exit_code <= 128 + SIGRTMAX;
-    return by_signal ? stop.exit_code - 128 : 0;
-  }
+  RoundEnd run_round(WorkerGroup& group);
+  std::string spawn(WorkerGroup& group);
+  std::optional<GroupEvent> translate(const WorkerGroup& group, const Event& e) const;
+  void dispatch(WorkerGroup& group, GroupEvent event);
+  void execute(WorkerGroup& group, const Action& a, std::deque<GroupEvent>& results);
+  WorkerFailure failure_of(const Worker& w, const Event& e) const;
+  void stop_workers(int sig, std::chrono::milliseconds grace);
   int signal_exit_code(int sig) const {
     auto it = config_.signal_exit_codes.find(sig);
     return it == config_.signal_exit_codes.end() ? 128 + sig : it->second;
@@ -100,9 +92,30 @@ class ElasticAgent::Loop {
   std::atomic<bool> in_rendezvous_{false};
   std::optional<LogLayout> layout_;
   bool temp_log_dir_ = false;
-  int restart_count_ = 0;
-  bool ended_by_signal_ = false;  // a signal (here or on a peer) ended the job: leave the rendezvous open
+  SupervisionPolicy policy_;
+  std::optional<RoundEnd> round_end_;  // set by the kFinish action of the current round
 };
+
+bool ElasticAgent::Loop::open_log_dir() {
+  try {
+    if (config_.log_dir.empty()) {
+      std::string tmpl =
+          (std::filesystem::temp_directory_path() / ("ddprun-" + rdzv_->run_id() + "-XXXXXX")).string();
+      if (!mkdtemp(tmpl.data()))
+        throw std::filesystem::filesystem_error("cannot create a temporary log directory", tmpl,
+                                                std::error_code(errno, std::generic_category()));
+      layout_.emplace(tmpl);
+      temp_log_dir_ = true;
+    } else {
+      layout_.emplace(LogLayout::create(config_.log_dir, rdzv_->run_id()));
+      spdlog::info("worker logs in {}", layout_->run_dir().string());
+    }
+    return true;
+  } catch (const std::filesystem::filesystem_error& e) {
+    spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
+    return false;
+  }
+}
 
 void ElasticAgent::Loop::start_io() {
   procs_ = std::make_unique<ProcessContext>(io_, [this](int local_rank, pid_t pid, ExitStatus status) {
@@ -155,303 +168,214 @@ void ElasticAgent::Loop::stop_watcher() {
   if (watcher_.joinable()) watcher_.join();
 }
 
-WorkerFailure ElasticAgent::Loop::failure_of(const Round& round, const Event& e) const {
-  const auto& paths = round.paths[static_cast<size_t>(e.local_rank)];
+WorkerFailure ElasticAgent::Loop::failure_of(const Worker& w, const Event& e) const {
   WorkerFailure f{.time = e.time,
-                  .host = hostname(),
-                  .rank = round.ranks[static_cast<size_t>(e.local_rank)],
-                  .local_rank = e.local_rank,
+                  .host = policy_.host,
+                  .rank = w.rank,
+                  .local_rank = w.local_rank,
                   .exit_code = e.status.exit_code,
                   .signal = e.status.signal,
                   .pid = e.pid};
-  if (auto ef = read_error_file(paths.error_file)) {
-    f.error_file = paths.error_file.string();
+  if (auto ef = read_error_file(w.paths.error_file)) {
+    f.error_file = w.paths.error_file.string();
     f.message = ef->message;
     f.traceback = ef->traceback;
     if (ef->timestamp) f.time = *ef->timestamp;
   } else {
-    f.traceback = read_tail(paths.stderr_file, 20);
+    f.traceback = read_tail(w.paths.stderr_file, 20);
   }
   return f;
 }
 
-void ElasticAgent::Loop::begin_stop(int sig) {
-  auto grace = config_.shutdown_grace;
+void ElasticAgent::Loop::stop_workers(int sig, std::chrono::milliseconds grace) {
   asio::post(io_, [this, sig, grace] {
     procs_->stop(sig, grace, [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
   });
 }
 
-ElasticAgent::Loop::Outcome ElasticAgent::Loop::supervise(const Round& round, int& exit_code) {
-  const int nproc = static_cast<int>(config_.workers.size());
-  const int node = round.info.group_rank;
-  int running = nproc;
-  int succeeded = 0;
-  bool stopping = false;
-  bool store_lost = false;
-  int signal = 0;
-  std::optional<RoundStop> stop;
-  std::vector<WorkerFailure> failures;
-  std::optional<Clock::time_point> barrier_deadline;
-
-  auto publish = [&](const RoundStop& s) {
-    try {
-      auto winner = rdzv_->stop_round(s);
-      if (!stop) stop = winner;
-    } catch (const rdzv::StoreError& e) {
-      spdlog::error("cannot publish the end of round {} to the store: {}", round.info.round, e.what());
-      if (!stop) stop = s;
-      store_lost = true;
+// What the loop's other threads reported, as an event of the group; nullopt for a watcher's report about an
+// earlier round (it may arrive after that round ended).
+std::optional<GroupEvent> ElasticAgent::Loop::translate(const WorkerGroup& group, const Event& e) const {
+  using K = GroupEvent::Kind;
+  switch (e.kind) {
+    case Event::Kind::kWorkerExited: {
+      GroupEvent g{.kind = K::kWorkerExited, .local_rank = e.local_rank, .status = e.status};
+      if (!e.status.success()) g.failure = failure_of(group.workers.at(static_cast<size_t>(e.local_rank)), e);
+      return g;
     }
-  };
+    case Event::Kind::kGroupStopped:
+      return GroupEvent{.kind = K::kGroupStopped};
+    case Event::Kind::kSignal:
+      return GroupEvent{.kind = K::kSignal, .signal = e.signal};
+    case Event::Kind::kRoundStopped:
+      if (e.round != group.round.round) return std::nullopt;
+      return GroupEvent{.kind = K::kRoundStopped, .stop = e.stop};
+    case Event::Kind::kWatcherError:
+      if (e.round != group.round.round) return std::nullopt;
+      return GroupEvent{.kind = K::kStoreLost, .error = e.error};
+  }
+  return std::nullopt;
+}
 
-  while (true) {
+// Runs the transition function on `event` and performs its actions; the results of actions (a store reply, a
+// probe) are events too, handled in order before the loop waits again.
+void ElasticAgent::Loop::dispatch(WorkerGroup& group, GroupEvent event) {
+  std::deque<GroupEvent> pending{std::move(event)};
+  while (!pending.empty()) {
+    GroupEvent e = std::move(pending.front());
+    pending.pop_front();
+    for (const Action& a : supervise(group, e, policy_)) execute(group, a, pending);
+  }
+}
+
+void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque<GroupEvent>& results) {
+  using K = GroupEvent::Kind;
+  // Store and rendezvous failures (runtime errors) become events; a logic error is a bug and propagates.
+  switch (a.kind) {
+    case Action::Kind::kLog:
+      spdlog::log(a.level == Action::Level::kError  ? spdlog::level::err
+                  : a.level == Action::Level::kWarn ? spdlog::level::warn
+                                                    : spdlog::level::info,
+                  "{}", a.text);
+      break;
+    case Action::Kind::kStopWorkers:
+      stop_workers(a.signal, a.grace);
+      break;
+    case Action::Kind::kKillWorkers:
+      asio::post(io_, [this] { procs_->signal_all(SIGKILL); });
+      break;
+    case Action::Kind::kProbeLiveness: {
+      GroupEvent probed{.kind = K::kLivenessProbed};
+      try {
+        probed.dead_nodes = rdzv_->unresponsive_nodes();
+      } catch (const std::runtime_error& e) {
+        spdlog::warn("cannot tell which nodes are alive: {}", e.what());
+      }
+      results.push_back(std::move(probed));
+      break;
+    }
+    case Action::Kind::kPublishStop:
+      try {
+        results.push_back(GroupEvent{.kind = K::kStopPublished, .stop = rdzv_->stop_round(a.stop)});
+      } catch (const std::runtime_error& e) {
+        results.push_back(GroupEvent{.kind = K::kPublishFailed, .stop = a.stop, .error = e.what()});
+      }
+      break;
+    case Action::Kind::kMarkNodeDone:
+      try {
+        rdzv_->node_done();
+      } catch (const std::runtime_error& e) {
+        results.push_back(GroupEvent{.kind = K::kNodeDoneFailed, .error = e.what()});
+      }
+      break;
+    case Action::Kind::kPrintSummary:
+      std::fprintf(stderr, "%s", format_failure_summary(group.failures, config_.script_name).c_str());
+      break;
+    case Action::Kind::kNoteLocalFailure:
+      try {
+        rdzv_->note_local_failure();
+      } catch (const std::runtime_error& e) {
+        spdlog::warn("cannot record this node's failure in the store: {}", e.what());
+      }
+      break;
+    case Action::Kind::kFinish:
+      round_end_ = RoundEnd{a.outcome, a.exit_code, a.close_rendezvous};
+      break;
+  }
+}
+
+// Spawns every worker of the group (on io's thread, see ProcessContext); "" or the error that stopped it.
+std::string ElasticAgent::Loop::spawn(WorkerGroup& group) {
+  return on_io([&]() -> std::string {
+    try {
+      for (Worker& w : group.workers) w.pid = procs_->spawn(w.launch);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return {};
+  });
+}
+
+ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
+  round_end_.reset();
+  start_watcher(group.round.round);
+  if (std::string error = spawn(group); !error.empty()) {
+    dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
+  }
+  std::optional<Clock::time_point> barrier_deadline;
+  while (!round_end_) {
+    if (!group.in_exit_barrier) {
+      barrier_deadline.reset();
+    } else if (!barrier_deadline) {
+      barrier_deadline = Clock::now() + config_.exit_barrier_timeout;
+    }
     Event e;
     if (!events_.pop(e, barrier_deadline)) {
-      spdlog::warn("exit barrier: the other nodes did not finish within {} s; exiting with success",
-                   config_.exit_barrier_timeout.count() / 1000);
-      stop = RoundStop{RoundStop::Kind::kDone, node, "exit barrier timed out", 0};
-      barrier_deadline.reset();
-      if (!stopping) {
-        stopping = true;
-        begin_stop(SIGTERM);
-      }
+      dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kBarrierTimeout});
       continue;
     }
-    // The watcher of an earlier round may have reported after that round ended: not ours.
-    if ((e.kind == Event::Kind::kRoundStopped || e.kind == Event::Kind::kWatcherError) &&
-        e.round != round.info.round) {
-      continue;
-    }
-    switch (e.kind) {
-      case Event::Kind::kWorkerExited:
-        --running;
-        if (stopping) {
-          // A worker of the group being stopped for a failure that failed by itself meanwhile (its @record
-          // error file says so; the agent's SIGTERM writes none) is a failure too: the root cause is chosen
-          // among them by timestamp (failure_summary.h), as torchrun does among the failures of one poll.
-          if (!failures.empty() && !e.status.success()) {
-            WorkerFailure f = failure_of(round, e);
-            if (!f.error_file.empty()) failures.push_back(std::move(f));
-          }
-          break;
-        }
-        if (e.status.success()) {
-          if (++succeeded == nproc) {
-            spdlog::info("all {} local workers succeeded", nproc);
-            try {
-              rdzv_->node_done();
-            } catch (const rdzv::StoreError& ex) {
-              spdlog::warn("exit barrier: {}", ex.what());
-              stop = RoundStop{RoundStop::Kind::kDone, node, "store gone after success", 0};
-            }
-            if (!stop) barrier_deadline = Clock::now() + config_.exit_barrier_timeout;
-          }
-          break;
-        }
-        failures.push_back(failure_of(round, e));
-        spdlog::error("worker local_rank {} (rank {}, pid {}) failed: {}", e.local_rank, failures.back().rank,
-                      e.pid, e.status.describe());
-        if (auto dead = rdzv_->unresponsive_nodes(); !dead.empty()) {
-          // The failure is the echo of a lost node: re-form without it, not counted as a restart.
-          std::string which;
-          for (int d : dead) which += (which.empty() ? "" : ", ") + std::to_string(d);
-          publish(RoundStop{RoundStop::Kind::kMembership, node, "node(s) " + which + " lost", 0});
-          failures.clear();
-        } else {
-          publish(RoundStop{RoundStop::Kind::kFailed, node,
-                            "rank " + std::to_string(failures.back().rank) + " on " + hostname() + ": " +
-                                e.status.describe(),
-                            e.status.shell_code()});
-        }
-        stopping = true;
-        begin_stop(SIGTERM);
-        break;
-      case Event::Kind::kRoundStopped:
-        if (!stop) stop = e.stop;
-        if (stop->kind != RoundStop::Kind::kDone && stop->node_rank != node) {
-          spdlog::warn(
-              "round {} ended by {}: {}", round.info.round,
-              stop->node_rank >= 0 ? "node " + std::to_string(stop->node_rank) : std::string("a new node"),
-              stop->detail);
-        }
-        barrier_deadline.reset();
-        if (!stopping) {
-          stopping = true;
-          // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
-          const int sig = shutdown_signal(*stop);
-          begin_stop(sig ? sig : SIGTERM);
-        }
-        break;
-      case Event::Kind::kWatcherError:
-        if (stop) break;  // the round already ended; the store host may have left
-        spdlog::error("lost the rendezvous store: {}", e.error);
-        store_lost = true;
-        stop = RoundStop{RoundStop::Kind::kFailed, node, "store lost", kExitStoreFailed};
-        barrier_deadline.reset();
-        if (!stopping) {
-          stopping = true;
-          begin_stop(SIGTERM);
-        }
-        break;
-      case Event::Kind::kSignal:
-        // A peer stopped the round because it got this same signal: under Slurm every node gets it, a few ms
-        // apart. Not a second signal: the workers keep their grace.
-        if (signal == 0 && stop && stop->node_rank != node && shutdown_signal(*stop) == e.signal) {
-          signal = e.signal;
-          spdlog::warn("received {} (already forwarded: node {} got it first)", signal_name(signal),
-                       stop->node_rank);
-          break;
-        }
-        if (signal != 0 || (stopping && stop)) {
-          spdlog::warn("received {} again: killing the workers now", signal_name(e.signal));
-          asio::post(io_, [this] { procs_->signal_all(SIGKILL); });
-          if (signal == 0) signal = e.signal;
-          break;
-        }
-        signal = e.signal;
-        spdlog::warn("received {}: forwarding it to the workers (grace {} s)", signal_name(signal),
-                     config_.shutdown_grace.count() / 1000.0);
-        publish(RoundStop{RoundStop::Kind::kShutdown, node,
-                          "node " + std::to_string(node) + " got " + signal_name(signal), 128 + signal});
-        barrier_deadline.reset();
-        stopping = true;
-        begin_stop(signal);
-        break;
-      case Event::Kind::kGroupStopped:
-        stop_watcher();
-        if (signal != 0) {
-          exit_code = signal_exit_code(signal);
-          ended_by_signal_ = true;
-          return Outcome::kExit;
-        }
-        if (!failures.empty()) {
-          std::fprintf(stderr, "%s", format_failure_summary(failures, config_.script_name).c_str());
-        }
-        if (store_lost) {
-          exit_code = kExitStoreFailed;
-          return Outcome::kExit;
-        }
-        if (!stop || stop->kind == RoundStop::Kind::kDone) {
-          exit_code = kExitSuccess;
-          return Outcome::kSucceeded;
-        }
-        if (stop->kind == RoundStop::Kind::kMembership) {
-          spdlog::info("membership changed ({}): joining the next round", stop->detail);
-          return Outcome::kRejoin;
-        }
-        if (stop->kind == RoundStop::Kind::kShutdown) {
-          const int sig = shutdown_signal(*stop);
-          exit_code = sig ? signal_exit_code(sig) : stop->exit_code;
-          ended_by_signal_ = true;
-          return Outcome::kExit;
-        }
-        if (failures.empty()) {
-          exit_code = stop->exit_code;
-        } else {
-          // The first failure seen: the one that stopped the group, whose code the other nodes got too.
-          const WorkerFailure& first = failures.front();
-          exit_code = first.signal != 0 ? 128 + first.signal : first.exit_code;
-        }
-        if (exit_code == 0) exit_code = 1;
-        if (stop->node_rank == node) rdzv_->note_local_failure();
-        return restart_count_ < config_.max_restarts ? Outcome::kRestart : Outcome::kExit;
-    }
+    if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
   }
+  stop_watcher();
+  return *round_end_;
 }
 
 int ElasticAgent::Loop::run() {
   // A closed stdout (a pager that quit) must not kill the agent before it stops its workers.
   std::signal(SIGPIPE, SIG_IGN);
-  try {
-    if (config_.log_dir.empty()) {
-      std::string tmpl =
-          (std::filesystem::temp_directory_path() / ("ddprun-" + rdzv_->run_id() + "-XXXXXX")).string();
-      if (!mkdtemp(tmpl.data()))
-        throw std::filesystem::filesystem_error("cannot create a temporary log directory", tmpl,
-                                                std::error_code(errno, std::generic_category()));
-      layout_.emplace(tmpl);
-      temp_log_dir_ = true;
-    } else {
-      layout_.emplace(LogLayout::create(config_.log_dir, rdzv_->run_id()));
-      spdlog::info("worker logs in {}", layout_->run_dir().string());
-    }
-  } catch (const std::filesystem::filesystem_error& e) {
-    spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
-    return kExitSpawnFailed;
-  }
+  if (!open_log_dir()) return kExitSpawnFailed;
   start_io();
+  policy_ = SupervisionPolicy{.max_restarts = config_.max_restarts,
+                              .signal_exit_codes = config_.signal_exit_codes,
+                              .shutdown_grace = config_.shutdown_grace,
+                              .exit_barrier_timeout = config_.exit_barrier_timeout,
+                              .host = rdzv::local_hostname()};
 
   const int nproc = static_cast<int>(config_.workers.size());
-  int exit_code = 0;
+  RoundEnd end;
   while (true) {
-    Round round;
+    rdzv::RendezvousInfo info;
     try {
       in_rendezvous_ = true;
-      round.info = rdzv_->next_rendezvous(nproc);
+      info = rdzv_->next_rendezvous(nproc);
       in_rendezvous_ = false;
-    } catch (const rdzv::StoreError& e) {
+    } catch (const std::runtime_error& e) {
       in_rendezvous_ = false;
       spdlog::error("rendezvous failed: {}", e.what());
       return kExitRendezvousFailed;
     }
-    for (int lr = 0; lr < nproc; ++lr) round.ranks.push_back(round.info.base_rank + lr);
-    spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.info.round,
-                 round.info.group_rank, round.info.group_world_size, round.info.base_rank,
-                 round.info.base_rank + nproc - 1, round.info.world_size, round.info.store_host,
-                 round.info.store_port);
+    spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", info.round, info.group_rank,
+                 info.group_world_size, info.base_rank, info.base_rank + nproc - 1, info.world_size,
+                 info.store_host, info.store_port);
+    std::vector<WorkerLogPaths> paths;
     try {
-      round.paths = layout_->create_attempt(round.info.round, nproc);
+      paths = layout_->create_attempt(info.round, nproc);
     } catch (const std::filesystem::filesystem_error& e) {
       spdlog::error("cannot create the attempt's log directories: {}", e.what());
       return kExitSpawnFailed;
     }
-    auto specs = worker_launches(config_, round.info, round.paths, round.ranks, rdzv_->run_id());
-    start_watcher(round.info.round);
-    std::string spawn_error = on_io([&]() -> std::string {
-      try {
-        for (const auto& w : specs) procs_->spawn(w);
-      } catch (const std::exception& e) {
-        return e.what();
-      }
-      return {};
-    });
-    if (!spawn_error.empty()) {
-      spdlog::error("cannot start a worker: {}", spawn_error);
-      try {
-        rdzv_->stop_round(
-            RoundStop{RoundStop::Kind::kShutdown, round.info.group_rank, spawn_error, kExitSpawnFailed});
-      } catch (const rdzv::StoreError&) {
-      }
-      on_io([&] {
-        procs_->stop(SIGKILL, std::chrono::milliseconds(0),
-                     [this] { events_.push(Event{.kind = Event::Kind::kGroupStopped}); });
-        return 0;
-      });
-      int ignored = 0;
-      supervise(round, ignored);
-      return kExitSpawnFailed;
-    }
-    Outcome outcome = supervise(round, exit_code);
-    if (outcome == Outcome::kRejoin) continue;
-    if (outcome == Outcome::kRestart) {
-      ++restart_count_;
-      spdlog::warn("restarting the worker group ({} of {} restarts)", restart_count_, config_.max_restarts);
+    WorkerGroup group = make_worker_group(config_, info, paths, rdzv_->run_id());
+    end = run_round(group);
+    if (end.outcome == Outcome::kRejoin) continue;
+    if (end.outcome == Outcome::kRestart) {
+      ++policy_.restarts_done;
+      spdlog::warn("restarting the worker group ({} of {} restarts)", policy_.restarts_done,
+                   config_.max_restarts);
       continue;
     }
     break;
   }
   try {
-    if (!ended_by_signal_) rdzv_->set_closed();
+    if (end.close_rendezvous) rdzv_->set_closed();
     rdzv_->shutdown();
-  } catch (const rdzv::StoreError& e) {
+  } catch (const std::runtime_error& e) {
     spdlog::debug("rendezvous shutdown: {}", e.what());
   }
-  if (temp_log_dir_ && exit_code == kExitSuccess) {
+  if (temp_log_dir_ && end.exit_code == kExitSuccess) {
     std::error_code ignored;
     std::filesystem::remove_all(layout_->run_dir(), ignored);
   }
-  return exit_code;
+  return end.exit_code;
 }
 
 ElasticAgent::ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous)
@@ -463,10 +387,11 @@ int ElasticAgent::run() {
   try {
     return loop_->run();
   } catch (const std::exception& e) {
-    // A store or file error that a step did not expect. The loop's destructor (with this agent's) stops and
-    // reaps every worker; the job ends with ddprun's own failure code rather than std::terminate.
+    // A bug: an error no step expected. Destroying the loop kills and reaps every worker; the job ends with
+    // ddprun's own failure code rather than std::terminate.
     spdlog::critical("internal error: {}; stopping the workers", e.what());
-    return 1;
+    loop_.reset();
+    return kExitInternal;
   }
 }
 

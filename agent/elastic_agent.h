@@ -1,21 +1,20 @@
 // ElasticAgent: the per-node agent loop (torch's LocalElasticAgent, without its polling).
 //
-// One run of the loop: rendezvous -> assign global ranks -> spawn the local workers -> wait for an event ->
-// stop or restart. Events are: a worker exited (ProcessContext, at once), the round was stopped by any
-// node (RendezvousHandler::wait_round_stopped on a watcher thread), a signal to the agent (forwarded to
-// every worker's process group). States follow torch's WorkerState:
+// One run of the loop: rendezvous -> a WorkerGroup for the round (agent/worker_group.h) -> spawn the local
+// workers -> wait for events -> restart, re-join or stop. The decisions are supervise()'s, a pure transition
+// function (agent/worker_group.h has the states); this class is its executor. It turns what its threads
+// report into the group's events, performs the actions supervise() returns (stop or kill the workers, publish
+// the end of the round, probe liveness, ...), and feeds their results back as events.
 //
-//   INIT -> (rendezvous) -> HEALTHY --all succeeded--> SUCCEEDED (exit barrier) -> exit 0
-//                              |--a worker failed / a peer failed--> stop group -> restart (max_restarts)
-//                              |                                     or FAILED -> exit with the first failure's code
-//                              '--signal--> forward, grace, SIGKILL -> exit 128+N (or signal_exit_codes)
-//
-// A signal on one node stops every node: the others stop their workers with the same signal, and that
-// signal reaching them too a moment later (Slurm signals every node) is not a second one (no SIGKILL).
+// Events come from: ProcessContext (a worker exited, at once; the group was stopped), a watcher thread
+// blocked in RendezvousHandler::wait_round_stopped (the round was stopped by any node; the store was lost),
+// and signals to the agent (forwarded to every worker's process group). A signal on one node stops every
+// node: the others stop their workers with the same signal, and that signal reaching them too a moment later
+// (Slurm signals every node) is not a second one (no SIGKILL).
 //
 // Threads: run() blocks the calling thread (the loop); an internal io_context thread owns the processes and
 // signals; a watcher thread waits on the store. No worker outlives run(): every exit path stops and reaps
-// the group. Exit codes are documented in docs/cli.md (see ExitCode).
+// the group. Exit codes: agent/exit_codes.h (docs/cli.md).
 #pragma once
 
 #include <chrono>
@@ -69,7 +68,9 @@ class ElasticAgent {
   ~ElasticAgent();
 
   // Runs the job on this node until it succeeds, fails for good, or a signal ends it; returns the exit
-  // code. Never throws for failures of the job or the network (they become exit codes with a message).
+  // code. Never throws: failures of the job, the store or the network become exit codes with a message, and
+  // an unexpected exception (a bug) is logged and returns kExitInternal after every worker was stopped.
+  // Call it once.
   int run();
 
  private:

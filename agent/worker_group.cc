@@ -1,0 +1,288 @@
+#include "agent/worker_group.h"
+
+#include <csignal>
+#include <utility>
+
+#include "agent/worker_launches.h"
+
+namespace ddprun::agent {
+
+using rdzv::RoundStop;
+using Kind = GroupEvent::Kind;
+
+namespace {
+
+// The actions of one transition, built up step by step.
+class Plan {
+ public:
+  Plan(WorkerGroup& g, const SupervisionPolicy& p) : g_(g), p_(p) {}
+
+  void log(Action::Level level, std::string text) {
+    actions_.push_back(Action{.kind = Action::Kind::kLog, .level = level, .text = std::move(text)});
+  }
+  void info(std::string text) { log(Action::Level::kInfo, std::move(text)); }
+  void warn(std::string text) { log(Action::Level::kWarn, std::move(text)); }
+  void error(std::string text) { log(Action::Level::kError, std::move(text)); }
+  void add(Action::Kind kind) { actions_.push_back(Action{.kind = kind}); }
+  void publish(RoundStop stop) { actions_.push_back(Action{.kind = Action::Kind::kPublishStop, .stop = std::move(stop)}); }
+  // Stops the workers once: a group already stopping is left to its stop.
+  void stop_workers(int sig, std::chrono::milliseconds grace) {
+    g_.in_exit_barrier = false;
+    if (g_.state == GroupState::kStopping || g_.state == GroupState::kStopped) return;
+    g_.state = GroupState::kStopping;
+    actions_.push_back(Action{.kind = Action::Kind::kStopWorkers, .signal = sig, .grace = grace});
+  }
+  void stop_workers(int sig) { stop_workers(sig, p_.shutdown_grace); }
+  void finish(Outcome outcome, int exit_code, bool close_rendezvous = true) {
+    g_.state = GroupState::kStopped;
+    actions_.push_back(Action{.kind = Action::Kind::kFinish,
+                              .outcome = outcome,
+                              .exit_code = exit_code,
+                              .close_rendezvous = close_rendezvous});
+  }
+  std::vector<Action> take() { return std::move(actions_); }
+
+ private:
+  WorkerGroup& g_;
+  const SupervisionPolicy& p_;
+  std::vector<Action> actions_;
+};
+
+int node_of(const WorkerGroup& g) {
+  return g.round.group_rank;
+}
+
+int signal_exit_code(const SupervisionPolicy& p, int sig) {
+  auto it = p.signal_exit_codes.find(sig);
+  return it == p.signal_exit_codes.end() ? 128 + sig : it->second;
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  std::string s = std::to_string(static_cast<double>(d.count()) / 1000.0);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.ends_with('.')) s.pop_back();
+  return s;
+}
+
+void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+  Worker& w = g.workers.at(static_cast<size_t>(e.local_rank));
+  w.status = e.status;
+  if (g.state == GroupState::kStopping) {
+    w.state = WorkerState::kStopped;
+    // A worker of a group being stopped for a failure that failed by itself meanwhile (its @record error file
+    // says so; the agent's SIGTERM writes none) is a failure too: the root cause is chosen among them by
+    // timestamp (failure_summary.h), as torchrun does among the failures of one poll.
+    if (!g.failures.empty() && !e.status.success() && e.failure && !e.failure->error_file.empty()) {
+      g.failures.push_back(*e.failure);
+    }
+    return;
+  }
+  if (e.status.success()) {
+    w.state = WorkerState::kSucceeded;
+    for (const Worker& other : g.workers) {
+      if (other.state != WorkerState::kSucceeded) return;
+    }
+    plan.info("all " + std::to_string(g.workers.size()) + " local workers succeeded");
+    g.state = GroupState::kSucceeded;
+    g.in_exit_barrier = !g.stop.has_value();
+    plan.add(Action::Kind::kMarkNodeDone);
+    if (g.stop) plan.stop_workers(SIGTERM);  // the round already ended (kDone by the others): nothing waits
+    return;
+  }
+  w.state = WorkerState::kFailed;
+  WorkerFailure f = e.failure.value_or(WorkerFailure{
+      .host = p.host, .rank = w.rank, .local_rank = w.local_rank, .exit_code = e.status.exit_code,
+      .signal = e.status.signal, .pid = w.pid});
+  g.failures.push_back(std::move(f));
+  plan.error("worker local_rank " + std::to_string(w.local_rank) + " (rank " + std::to_string(w.rank) +
+             ", pid " + std::to_string(w.pid) + ") failed: " + e.status.describe());
+  // Stop first: the probe may take a heartbeat interval, and the failed group must not wait for it.
+  plan.stop_workers(SIGTERM);
+  plan.add(Action::Kind::kProbeLiveness);
+}
+
+void on_liveness_probed(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+  if (g.stop || g.failures.empty()) return;  // a peer's stop came first: nothing to publish
+  if (!e.dead_nodes.empty()) {
+    // The failure is the echo of a lost node (its peers see the loss as collective errors): re-form
+    // without it, not counted as a restart.
+    std::string which;
+    for (int d : e.dead_nodes) which += (which.empty() ? "" : ", ") + std::to_string(d);
+    g.failures.clear();
+    plan.publish(RoundStop{RoundStop::Kind::kMembership, node_of(g), "node(s) " + which + " lost", 0});
+    return;
+  }
+  const WorkerFailure& first = g.failures.front();
+  ExitStatus status{.exit_code = first.exit_code, .signal = first.signal};
+  plan.publish(RoundStop{RoundStop::Kind::kFailed, node_of(g),
+                         "rank " + std::to_string(first.rank) + " on " + p.host + ": " + status.describe(),
+                         status.shell_code()});
+}
+
+void on_round_stopped(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
+  if (!g.stop) g.stop = e.stop;
+  const RoundStop& s = *g.stop;
+  if (s.kind != RoundStop::Kind::kDone && s.node_rank != node_of(g)) {
+    plan.warn("round " + std::to_string(g.round.round) + " ended by " +
+              (s.node_rank >= 0 ? "node " + std::to_string(s.node_rank) : std::string("a new node")) + ": " +
+              s.detail);
+  }
+  // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
+  const int sig = shutdown_signal(s);
+  plan.stop_workers(sig ? sig : SIGTERM);
+}
+
+void on_store_lost(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
+  if (g.stop) return;  // the round already ended; the store host may have left
+  if (g.state == GroupState::kSucceeded) {
+    // Like torchrun's exit barrier: this node's work is done, a store gone meanwhile is not a failure.
+    plan.warn("exit barrier: lost the rendezvous store (" + e.error + "); exiting with success");
+    g.stop = RoundStop{RoundStop::Kind::kDone, node_of(g), "store gone after success", 0};
+    plan.stop_workers(SIGTERM);
+    return;
+  }
+  plan.error("lost the rendezvous store: " + e.error);
+  g.store_lost = true;
+  g.stop = RoundStop{RoundStop::Kind::kFailed, node_of(g), "store lost", kExitStoreFailed};
+  plan.stop_workers(SIGTERM);
+}
+
+void on_signal(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+  const int node = node_of(g);
+  // A peer stopped the round because it got this same signal: under Slurm every node gets it, a few ms
+  // apart. Not a second signal: the workers keep their grace.
+  if (g.signal == 0 && g.stop && g.stop->node_rank != node && shutdown_signal(*g.stop) == e.signal) {
+    g.signal = e.signal;
+    plan.warn("received " + signal_name(e.signal) + " (already forwarded: node " +
+              std::to_string(g.stop->node_rank) + " got it first)");
+    return;
+  }
+  if (g.signal != 0 || g.state == GroupState::kStopping) {
+    plan.warn("received " + signal_name(e.signal) +
+              (g.signal != 0 ? " again" : " while the workers were being stopped") + ": killing the workers now");
+    plan.add(Action::Kind::kKillWorkers);
+    if (g.signal == 0) g.signal = e.signal;
+    return;
+  }
+  g.signal = e.signal;
+  plan.warn("received " + signal_name(e.signal) + ": forwarding it to the workers (grace " +
+            seconds_text(p.shutdown_grace) + " s)");
+  plan.stop_workers(e.signal);
+  plan.publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
+                         signal_name(e.signal), 128 + e.signal});
+}
+
+void on_publish_result(WorkerGroup& g, const GroupEvent& e, Plan& plan, const RoundStop& attempted) {
+  if (e.kind == Kind::kStopPublished) {
+    if (!g.stop) g.stop = e.stop;
+    return;
+  }
+  if (g.spawn_failed) return;  // exiting with kExitSpawnFailed anyway
+  plan.error("cannot publish the end of round " + std::to_string(g.round.round) + " to the store: " + e.error);
+  if (!g.stop) g.stop = attempted;
+  g.store_lost = true;
+}
+
+void on_group_stopped(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
+  if (g.signal != 0) return plan.finish(Outcome::kExit, signal_exit_code(p, g.signal), false);
+  if (!g.failures.empty()) plan.add(Action::Kind::kPrintSummary);
+  if (g.spawn_failed) return plan.finish(Outcome::kExit, kExitSpawnFailed, false);
+  if (g.store_lost) return plan.finish(Outcome::kExit, kExitStoreFailed);
+  if (!g.stop && !g.failures.empty()) {  // a failure whose publication never reported back: still a failure
+    g.stop = RoundStop{RoundStop::Kind::kFailed, node_of(g), "local failure", 1};
+  }
+  if (!g.stop || g.stop->kind == RoundStop::Kind::kDone) return plan.finish(Outcome::kSucceeded, kExitSuccess);
+  const RoundStop& s = *g.stop;
+  if (s.kind == RoundStop::Kind::kMembership) {
+    plan.info("membership changed (" + s.detail + "): joining the next round");
+    return plan.finish(Outcome::kRejoin, kExitSuccess);
+  }
+  if (s.kind == RoundStop::Kind::kShutdown) {
+    const int sig = shutdown_signal(s);
+    return plan.finish(Outcome::kExit, sig ? signal_exit_code(p, sig) : s.exit_code, false);
+  }
+  // kFailed: the first failure seen here stopped the group, and the other nodes got its code too.
+  int code = s.exit_code;
+  if (!g.failures.empty()) {
+    const WorkerFailure& first = g.failures.front();
+    code = first.signal != 0 ? 128 + first.signal : first.exit_code;
+  }
+  if (code == 0) code = 1;
+  if (s.node_rank == node_of(g)) plan.add(Action::Kind::kNoteLocalFailure);
+  plan.finish(p.restarts_done < p.max_restarts ? Outcome::kRestart : Outcome::kExit, code);
+}
+
+}  // namespace
+
+int shutdown_signal(const RoundStop& stop) {
+  bool by_signal = stop.kind == RoundStop::Kind::kShutdown && stop.exit_code > 128 &&
+                   stop.exit_code <= 128 + SIGRTMAX;
+  return by_signal ? stop.exit_code - 128 : 0;
+}
+
+WorkerGroup make_worker_group(const AgentConfig& config, const rdzv::RendezvousInfo& round,
+                              const std::vector<WorkerLogPaths>& paths, const std::string& run_id) {
+  WorkerGroup g;
+  g.round = round;
+  std::vector<int> ranks;
+  for (size_t lr = 0; lr < config.workers.size(); ++lr) ranks.push_back(round.base_rank + static_cast<int>(lr));
+  auto launches = worker_launches(config, round, paths, ranks, run_id);
+  for (size_t lr = 0; lr < launches.size(); ++lr) {
+    g.workers.push_back(Worker{.local_rank = static_cast<int>(lr),
+                               .rank = ranks[lr],
+                               .launch = std::move(launches[lr]),
+                               .paths = paths[lr]});
+  }
+  return g;
+}
+
+std::vector<Action> supervise(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p) {
+  Plan plan(g, p);
+  if (g.state == GroupState::kStopped) return {};  // finished: late results change nothing
+  switch (e.kind) {
+    case Kind::kWorkerExited:
+      on_worker_exited(g, e, p, plan);
+      break;
+    case Kind::kSpawnFailed: {
+      plan.error("cannot start a worker: " + e.error);
+      g.spawn_failed = true;
+      plan.stop_workers(SIGKILL, std::chrono::milliseconds(0));
+      plan.publish(RoundStop{RoundStop::Kind::kShutdown, node_of(g), e.error, kExitSpawnFailed});
+      break;
+    }
+    case Kind::kRoundStopped:
+      on_round_stopped(g, e, plan);
+      break;
+    case Kind::kStoreLost:
+      on_store_lost(g, e, plan);
+      break;
+    case Kind::kSignal:
+      on_signal(g, e, p, plan);
+      break;
+    case Kind::kGroupStopped:
+      on_group_stopped(g, p, plan);
+      break;
+    case Kind::kBarrierTimeout:
+      if (!g.in_exit_barrier) break;
+      plan.warn("exit barrier: the other nodes did not finish within " + seconds_text(p.exit_barrier_timeout) +
+                " s; exiting with success");
+      g.stop = RoundStop{RoundStop::Kind::kDone, node_of(g), "exit barrier timed out", 0};
+      plan.stop_workers(SIGTERM);
+      break;
+    case Kind::kLivenessProbed:
+      on_liveness_probed(g, e, p, plan);
+      break;
+    case Kind::kStopPublished:
+    case Kind::kPublishFailed:
+      on_publish_result(g, e, plan, e.stop);
+      break;
+    case Kind::kNodeDoneFailed:
+      plan.warn("exit barrier: " + e.error);
+      if (!g.stop) g.stop = RoundStop{RoundStop::Kind::kDone, node_of(g), "store gone after success", 0};
+      plan.stop_workers(SIGTERM);
+      break;
+  }
+  return plan.take();
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,150 @@
+// WorkerGroup and supervise(): this node's workers in one round, and the agent's decisions about them as a
+// pure transition function — (group, event) -> actions — in the manner of torch elastic's WorkerGroup /
+// WorkerState and _RendezvousJoinOp. supervise() does no I/O: it reads the event, updates the group and
+// returns what to do; the agent loop (agent/elastic_agent.cc) performs the actions and feeds their results
+// back as events. So every decision is unit-tested event by event (tests/agent/worker_group_test.cc).
+//
+// Group states:
+//
+//   kHealthy --a worker failed--------------> kStopping: stop local workers, then probe liveness, then
+//       |                                      publish kFailed (or kMembership if a node is dead)
+//       |--a peer stopped the round---------> kStopping: stop local workers (with the peer's signal, if any)
+//       |--a signal------------------------> kStopping: forward it, publish kShutdown
+//       |--store lost----------------------> kStopping (exit 3)
+//       '--every local worker succeeded----> kSucceeded: node_done, wait in the exit barrier
+//   kSucceeded --round stopped / barrier timeout / store lost--> kStopping (nothing runs: stopped at once)
+//   kStopping --every worker reaped (kGroupStopped)--> kStopped, with one kFinish action:
+//       kSucceeded (exit 0) | kRestart (a failure, counted) | kRejoin (membership change, not counted) | kExit
+//
+// A second signal while stopping kills the workers at once; the same signal arriving from a peer that was
+// first to get it (Slurm signals every node) is not a second one. Exit codes: agent/exit_codes.h.
+//
+// Threads: none; a WorkerGroup belongs to the agent loop. Nothing here throws except std::bad_alloc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/elastic_agent.h"
+#include "agent/failure_summary.h"
+#include "agent/log_layout.h"
+#include "agent/process_context.h"
+#include "rendezvous/rendezvous_handler.h"
+
+namespace ddprun::agent {
+
+enum class WorkerState {
+  kHealthy,    // started, running
+  kSucceeded,  // exited 0
+  kFailed,     // exited non-zero or by a signal on its own
+  kStopped,    // exited after the agent began stopping the group
+};
+
+// One local worker of one round: its blueprint resolved for the round (argv, environment, output routing, log
+// files), its process and its state.
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  WorkerLaunch launch;
+  WorkerLogPaths paths;
+  pid_t pid = 0;  // 0 until spawned
+  WorkerState state = WorkerState::kHealthy;
+  ExitStatus status;  // valid once state != kHealthy
+};
+
+enum class GroupState { kHealthy, kSucceeded, kStopping, kStopped };
+
+// What ended the group's supervision (the kFinish action).
+enum class Outcome {
+  kSucceeded,  // every node succeeded (or the exit barrier timed out): exit 0
+  kRestart,    // a failure with restarts left: rendezvous again, counted against --max_restarts
+  kRejoin,     // a node arrived or died: rendezvous again, not counted
+  kExit,       // stop for good with exit_code
+};
+
+struct WorkerGroup {
+  rdzv::RendezvousInfo round;
+  std::vector<Worker> workers;  // index = local rank
+  GroupState state = GroupState::kHealthy;
+  std::vector<WorkerFailure> failures;  // in the order observed; the first one stopped the group
+  std::optional<rdzv::RoundStop> stop;  // why the round ended, once known (ours or a peer's)
+  int signal = 0;                       // the signal that ends the job here (0: none)
+  bool store_lost = false;
+  bool spawn_failed = false;
+  bool in_exit_barrier = false;  // waiting for the other nodes; the loop arms exit_barrier_timeout
+};
+
+// Fixed for a round: the job's restart policy and what messages name.
+struct SupervisionPolicy {
+  int max_restarts = 0;
+  int restarts_done = 0;
+  std::map<int, int> signal_exit_codes;  // signal -> exit code (absent: 128+N)
+  std::chrono::milliseconds shutdown_grace{30000};
+  std::chrono::milliseconds exit_barrier_timeout{300000};
+  std::string host;  // this node's host name, for failure messages
+};
+
+struct GroupEvent {
+  enum class Kind {
+    kWorkerExited,    // local_rank, status, failure (filled in by the loop when !status.success())
+    kSpawnFailed,     // error: a worker could not be started (the ones started are in `workers`)
+    kRoundStopped,    // stop: published by any node for this round (the loop drops other rounds')
+    kStoreLost,       // error: the watcher lost the store
+    kSignal,          // signal: the agent received it
+    kGroupStopped,    // every worker has exited and was reaped after a kStopWorkers
+    kBarrierTimeout,  // exit_barrier_timeout passed in the exit barrier
+    kLivenessProbed,  // result of kProbeLiveness: dead_nodes
+    kStopPublished,   // result of kPublishStop: stop = the stop that won (maybe a peer's)
+    kPublishFailed,   // result of kPublishStop: error, stop = the stop that could not be published
+    kNodeDoneFailed,  // result of kMarkNodeDone: error
+  };
+  Kind kind = Kind::kSignal;
+  int local_rank = 0;
+  ExitStatus status;
+  std::optional<WorkerFailure> failure;
+  rdzv::RoundStop stop;
+  std::string error;
+  int signal = 0;
+  std::vector<int> dead_nodes;
+};
+
+struct Action {
+  enum class Kind {
+    kLog,               // level, text
+    kStopWorkers,       // signal: send it to every worker's group, SIGKILL after grace; -> kGroupStopped
+    kKillWorkers,       // SIGKILL every worker now (a stop is already under way)
+    kProbeLiveness,     // ask the rendezvous which nodes stopped heart-beating; -> kLivenessProbed
+    kPublishStop,       // stop: end the round for every node; -> kStopPublished | kPublishFailed
+    kMarkNodeDone,      // tell the rendezvous this node succeeded; -> kNodeDoneFailed on error
+    kPrintSummary,      // print the failure summary of group.failures
+    kNoteLocalFailure,  // this node caused the failure (the c10d backend's cooldown)
+    kFinish,            // outcome, exit_code, close_rendezvous
+  };
+  enum class Level { kInfo, kWarn, kError };
+  Kind kind = Kind::kLog;
+  Level level = Level::kInfo;
+  std::string text;
+  int signal = 0;
+  std::chrono::milliseconds grace{0};
+  rdzv::RoundStop stop;
+  Outcome outcome = Outcome::kExit;
+  int exit_code = 0;
+  bool close_rendezvous = true;  // kFinish: false when a signal ended the job (late agents may still join)
+};
+
+// The group of one round, every worker kHealthy and not yet spawned: worker_launches() for each local rank.
+WorkerGroup make_worker_group(const AgentConfig& config, const rdzv::RendezvousInfo& round,
+                              const std::vector<WorkerLogPaths>& paths, const std::string& run_id);
+
+// The transition function. Updates `group` and returns the actions to perform, in order.
+std::vector<Action> supervise(WorkerGroup& group, const GroupEvent& event, const SupervisionPolicy& policy);
+
+// The signal that made a node stop the round (kShutdown with exit code 128+N), or 0.
+int shutdown_signal(const rdzv::RoundStop& stop);
+
+}  // namespace ddprun::agent
