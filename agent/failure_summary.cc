@@ -75,11 +75,6 @@ size_t root_cause(const std::vector<WorkerFailure>& failures) {
   return static_cast<size_t>(it - failures.begin());
 }
 
-std::string signal_name(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
-}
-
 std::string describe_exit(int exit_code, int signal) {
   if (signal != 0) return "signal " + std::to_string(signal) + " (" + signal_name(signal) + ")";
   return "exitcode " + std::to_string(exit_code);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/process_context.h"  // signal_name
+
 namespace ddprun::agent {
 
 struct ErrorFileContent {
@@ -48,6 +50,5 @@ size_t root_cause(const std::vector<WorkerFailure>& failures);
 std::string format_failure_summary(const std::vector<WorkerFailure>& failures, const std::string& script);
 // "exitcode 3" / "signal 11 (SIGSEGV)".
 std::string describe_exit(int exit_code, int signal);
-std::string signal_name(int signal);
 
 }  // namespace ddprun::agent

@@ -141,12 +141,6 @@ void child_setup(Executor& e, pid_t parent, int out_fd, int err_fd) {
   }
 }
 
-// "SIGTERM"; the number when the signal has no name.
-std::string signal_text(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? "SIG" + std::string(abbrev) : std::to_string(sig);
-}
-
 void wait_reaped(pid_t pid) {
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
@@ -154,9 +148,14 @@ void wait_reaped(pid_t pid) {
 
 }  // namespace
 
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? "SIG" + std::string(abbrev) : std::to_string(sig);
+}
+
 std::string ExitStatus::describe() const {
   if (signal == 0) return "exit code " + std::to_string(exit_code);
-  return "signal " + signal_text(signal) + " (" + std::to_string(signal) + ")";
+  return "signal " + signal_name(signal) + " (" + std::to_string(signal) + ")";
 }
 
 struct Worker {
@@ -320,7 +319,7 @@ void ProcessContext::Impl::stop(int sig, std::chrono::milliseconds grace, std::f
     if (running_ > 0) arm_grace_timer();
   }
   if (running_ > 0) {
-    spdlog::info("stopping {} worker(s) with {} ({} ms grace)", running_, signal_text(sig), grace.count());
+    spdlog::info("stopping {} worker(s) with {} ({} ms grace)", running_, signal_name(sig), grace.count());
     signal_all(sig);
   }
   maybe_finish_stop();

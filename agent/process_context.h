@@ -59,6 +59,9 @@
 
 namespace ddprun::agent {
 
+// "SIGTERM"; the number as text when the signal has no name (real-time signals).
+std::string signal_name(int sig);
+
 struct ExitStatus {
   int exit_code = 0;  // set when the worker exited normally
   int signal = 0;     // set (and exit_code 0) when a signal killed it

@@ -1,22 +1,8 @@
 #include "agent/worker_env.h"
 
-#include <numeric>
-#include <stdexcept>
-
 extern char** environ;
 
 namespace ddprun::agent {
-
-RankAssignment assign_ranks(const std::vector<int>& local_world_sizes, int group_rank) {
-  if (group_rank < 0 || static_cast<size_t>(group_rank) >= local_world_sizes.size()) {
-    throw std::out_of_range("group rank " + std::to_string(group_rank) + " outside 0.." +
-                            std::to_string(local_world_sizes.size()));
-  }
-  RankAssignment a;
-  a.base_rank = std::accumulate(local_world_sizes.begin(), local_world_sizes.begin() + group_rank, 0);
-  a.world_size = std::accumulate(local_world_sizes.begin(), local_world_sizes.end(), 0);
-  return a;
-}
 
 Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round, bool set_omp_threads) {
   Env env = base;
@@ -53,16 +39,6 @@ Env current_environment() {
     env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
   return env;
-}
-
-const std::vector<std::string>& contract_variables() {
-  static const std::vector<std::string> kNames = {
-      "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
-      "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-      "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-      "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-      "OMP_NUM_THREADS"};
-  return kNames;
 }
 
 }  // namespace ddprun::agent

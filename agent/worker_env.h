@@ -1,4 +1,5 @@
-// The environment contract between the agent and its workers (torchrun's, REFERENCE §2).
+// The environment contract between the agent and its workers: torchrun's variables (listed in
+// docs/migrating-from-torchrun.md).
 //
 // Pure functions: given who a worker is and the round it runs in, compute its complete environment.
 // Workers inherit the agent's whole environment; the contract variables are set on top of it.
@@ -11,14 +12,6 @@
 namespace ddprun::agent {
 
 using Env = std::map<std::string, std::string>;
-
-// Global ranks of one node's workers: node ranks in order, base = sum of the local world sizes of lower
-// nodes. `local_world_sizes` is indexed by node rank.
-struct RankAssignment {
-  int base_rank = 0;
-  int world_size = 0;
-};
-RankAssignment assign_ranks(const std::vector<int>& local_world_sizes, int group_rank);
 
 struct WorkerIdentity {
   int local_rank = 0;
@@ -47,8 +40,5 @@ Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round
 
 // The process environment as a map.
 Env current_environment();
-
-// Names of the variables worker_env() sets, for --dry-run output.
-const std::vector<std::string>& contract_variables();
 
 }  // namespace ddprun::agent

@@ -41,18 +41,6 @@ RoundEnv round_2() {
 
 }  // namespace
 
-TEST_CASE("assign_ranks: base rank is the sum of the lower nodes' local world sizes", "[worker_env]") {
-  const std::vector<int> lws{2, 3, 1};
-  CHECK(assign_ranks(lws, 0).base_rank == 0);
-  CHECK(assign_ranks(lws, 1).base_rank == 2);
-  CHECK(assign_ranks(lws, 2).base_rank == 5);
-  for (int node = 0; node < 3; ++node) CHECK(assign_ranks(lws, node).world_size == 6);
-  CHECK(assign_ranks({4}, 0).world_size == 4);
-  CHECK_THROWS_AS(assign_ranks(lws, 3), std::out_of_range);
-  CHECK_THROWS_AS(assign_ranks(lws, -1), std::out_of_range);
-  CHECK_THROWS_AS(assign_ranks({}, 0), std::out_of_range);
-}
-
 TEST_CASE("worker_env sets torchrun's contract on top of the agent's environment", "[worker_env]") {
   const Env base{{"PATH", "/usr/bin"}, {"RANK", "99"}, {"MASTER_PORT", "1"}, {"HOME", "/home/u"}};
   Env env = worker_env(base, second_worker_of_node_1(), round_2(), false);
@@ -109,15 +97,6 @@ TEST_CASE("worker_env: the user's own settings of the optional variables win", "
     CHECK(worker_env({}, second_worker_of_node_1(), round, false).at("TORCHELASTIC_USE_AGENT_STORE") ==
           "False");
   }
-}
-
-TEST_CASE("contract_variables names exactly what worker_env can set", "[worker_env]") {
-  Env env = worker_env({}, second_worker_of_node_1(), round_2(), true);
-  std::set<std::string> set_names;
-  for (const auto& [name, value] : env) set_names.insert(name);
-  const auto& listed = contract_variables();
-  CHECK(std::set<std::string>(listed.begin(), listed.end()) == set_names);
-  CHECK(listed.size() == set_names.size());  // no duplicates
 }
 
 TEST_CASE("current_environment reads the process environment, values with '=' included", "[worker_env]") {
