@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <deque>
+#include <fstream>
 #include <boost/asio.hpp>
 #include <csignal>
+#include <cstring>
 #include <future>
 #include <optional>
 #include <thread>
@@ -14,9 +16,12 @@
 #include <unistd.h>
 
 #include "agent/event_queue.h"
+#include "agent/file_timer.h"
 #include "agent/failure_summary.h"
 #include "agent/log_layout.h"
 #include "agent/process_context.h"
+#include "agent/progress_monitor.h"
+#include "agent/stack_capture.h"
 #include "agent/worker_group.h"
 #include "rendezvous/text_util.h"
 
@@ -43,6 +48,7 @@ class ElasticAgent::Loop {
     io_.stop();
     if (io_thread_.joinable()) io_thread_.join();
     procs_.reset();  // io is not running: kills and reaps anything left
+    timer_server_.reset();
   }
 
   int run();
@@ -64,12 +70,14 @@ class ElasticAgent::Loop {
   }
 
   bool open_log_dir();
+  bool start_watchdogs();
   void start_io();
   void arm_signals();
   void start_watcher(int round);
   void stop_watcher();
   RoundEnd run_round(WorkerGroup& group);
   std::string spawn(WorkerGroup& group);
+  void sample_progress(const WorkerGroup& group, ProgressTracker& tracker);
   std::optional<GroupEvent> translate(const WorkerGroup& group, const Event& e) const;
   void dispatch(WorkerGroup& group, GroupEvent event);
   void execute(WorkerGroup& group, const Action& a, std::deque<GroupEvent>& results);
@@ -85,6 +93,7 @@ class ElasticAgent::Loop {
   asio::io_context io_;
   asio::signal_set signals_;
   std::unique_ptr<ProcessContext> procs_;
+  std::unique_ptr<FileTimerServer> timer_server_;  // torch's FileTimer (on io_), when enabled
   std::thread io_thread_;
   EventQueue events_;
   std::thread watcher_;
@@ -115,6 +124,29 @@ bool ElasticAgent::Loop::open_log_dir() {
     spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
     return false;
   }
+}
+
+// The stack-dump hook for Python workers and torch's FileTimer server, when enabled (before io runs).
+bool ElasticAgent::Loop::start_watchdogs() {
+  const auto& run_dir = layout_->run_dir();
+  try {
+    if (stack_capture_enabled(config_)) {
+      std::filesystem::create_directories(LogLayout::python_hook_dir(run_dir));
+      std::ofstream hook(LogLayout::python_hook_dir(run_dir) / "sitecustomize.py");
+      hook << python_stack_hook();
+      if (!hook.flush()) throw std::runtime_error("cannot write " + LogLayout::python_hook_dir(run_dir).string());
+    }
+    if (file_timer_enabled(config_)) {
+      timer_server_ = std::make_unique<FileTimerServer>(io_, timer_file(config_, run_dir), [this](const TimerRequest& r) {
+        events_.push(Event{.kind = Event::Kind::kDeadlineMissed, .pid = r.pid, .error = r.scope_id, .signal = r.signal});
+      });
+      spdlog::info("serving torch's FileTimer at {}", timer_server_->path().string());
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("cannot set up the workers' watchdog: {}", e.what());
+    return false;
+  }
+  return true;
 }
 
 void ElasticAgent::Loop::start_io() {
@@ -213,6 +245,13 @@ std::optional<GroupEvent> ElasticAgent::Loop::translate(const WorkerGroup& group
     case Event::Kind::kWatcherError:
       if (e.round != group.round.round) return std::nullopt;
       return GroupEvent{.kind = K::kStoreLost, .error = e.error};
+    case Event::Kind::kDeadlineMissed: {
+      GroupEvent g{.kind = K::kDeadlineMissed, .local_rank = -1, .signal = e.signal, .pid = e.pid, .scope = e.error};
+      for (const Worker& w : group.workers) {
+        if (w.pid == e.pid) g.local_rank = w.local_rank;
+      }
+      return g;
+    }
   }
   return std::nullopt;
 }
@@ -281,6 +320,21 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
     case Action::Kind::kFinish:
       round_end_ = RoundEnd{a.outcome, a.exit_code, a.close_rendezvous};
       break;
+    case Action::Kind::kCaptureStacks: {
+      std::vector<StackTarget> targets;
+      for (const Worker& w : group.workers) {
+        if (w.state == WorkerState::kHealthy && w.pid > 0) targets.push_back({w.rank, w.pid, w.paths.stderr_file});
+      }
+      results.push_back(GroupEvent{.kind = K::kStacksCaptured,
+                                   .stacks = capture_stacks(targets, stack_dump_signal()),
+                                   .time = unix_now()});
+      break;
+    }
+    case Action::Kind::kSignalProcess:
+      if (::kill(a.pid, a.signal) != 0 && errno != ESRCH) {
+        spdlog::error("cannot send {} to pid {}: {}", signal_name(a.signal), a.pid, std::strerror(errno));
+      }
+      break;
   }
 }
 
@@ -296,6 +350,26 @@ std::string ElasticAgent::Loop::spawn(WorkerGroup& group) {
   });
 }
 
+// One sample of every running worker for hang detection; FileTimer requests count for every rank.
+void ElasticAgent::Loop::sample_progress(const WorkerGroup& group, ProgressTracker& tracker) {
+  std::vector<pid_t> pgids;
+  for (const Worker& w : group.workers) {
+    if (w.state == WorkerState::kHealthy && w.pid > 0) pgids.push_back(w.pid);  // pid == its group id
+  }
+  const auto cpu = process_group_cpu_seconds(pgids);
+  const uint64_t timer_requests = timer_server_ ? timer_server_->requests() : 0;
+  std::map<int, ProgressSample> samples;
+  for (const Worker& w : group.workers) {
+    if (w.state != WorkerState::kHealthy || w.pid <= 0) continue;
+    auto c = cpu.find(w.pid);
+    samples[w.local_rank] = ProgressSample{
+        .cpu_seconds = c == cpu.end() ? 0.0 : c->second,
+        .output_bytes = total_file_bytes({w.launch.stdout_file, w.launch.stderr_file}),
+        .heartbeats = modification_ns(w.paths.progress_file) + timer_requests};
+  }
+  tracker.observe(Clock::now(), samples);
+}
+
 ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
   round_end_.reset();
   start_watcher(group.round.round);
@@ -303,18 +377,30 @@ ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
   }
   std::optional<Clock::time_point> barrier_deadline;
+  // Hang detection: sample every progress_interval while the group is healthy.
+  const bool watch_progress = config_.hang_timeout.count() > 0;
+  ProgressTracker tracker(config_.hang_timeout, Clock::now());
+  std::optional<Clock::time_point> next_sample;
+  if (watch_progress) next_sample = Clock::now();
   while (!round_end_) {
     if (!group.in_exit_barrier) {
       barrier_deadline.reset();
     } else if (!barrier_deadline) {
       barrier_deadline = Clock::now() + config_.exit_barrier_timeout;
     }
+    if (group.state != GroupState::kHealthy) next_sample.reset();
+    auto deadline = barrier_deadline;
+    if (next_sample && (!deadline || *next_sample < *deadline)) deadline = next_sample;
     Event e;
-    if (!events_.pop(e, barrier_deadline)) {
+    if (events_.pop(e, deadline)) {
+      if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
+    } else if (barrier_deadline && Clock::now() >= *barrier_deadline) {
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kBarrierTimeout});
-      continue;
+    } else if (next_sample && Clock::now() >= *next_sample) {
+      sample_progress(group, tracker);
+      next_sample = Clock::now() + progress_interval(config_.hang_timeout);
+      if (tracker.hung(Clock::now())) dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
     }
-    if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
   }
   stop_watcher();
   return *round_end_;
@@ -323,12 +409,13 @@ ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
 int ElasticAgent::Loop::run() {
   // A closed stdout (a pager that quit) must not kill the agent before it stops its workers.
   std::signal(SIGPIPE, SIG_IGN);
-  if (!open_log_dir()) return kExitSpawnFailed;
+  if (!open_log_dir() || !start_watchdogs()) return kExitSpawnFailed;
   start_io();
   policy_ = SupervisionPolicy{.max_restarts = config_.max_restarts,
                               .signal_exit_codes = config_.signal_exit_codes,
                               .shutdown_grace = config_.shutdown_grace,
                               .exit_barrier_timeout = config_.exit_barrier_timeout,
+                              .hang_timeout = config_.hang_timeout,
                               .host = rdzv::local_hostname()};
 
   const int nproc = static_cast<int>(config_.workers.size());

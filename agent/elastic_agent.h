@@ -60,7 +60,19 @@ struct AgentConfig {
   std::map<int, int> signal_exit_codes;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
   std::string node_tag;           // "" or e.g. "n1" (prefixed to console lines when nnodes > 1)
+  // --hang_timeout: a group in which no local rank makes progress for this long is hung (its stacks are
+  // captured, then it is stopped as a failure); 0 = off. agent/progress_monitor.h defines progress.
+  std::chrono::milliseconds hang_timeout{0};
 };
+
+// torch's FileTimer is served (agent/file_timer.h): TORCHELASTIC_ENABLE_FILE_TIMER=1 in base_env.
+bool file_timer_enabled(const AgentConfig& config);
+// Where the timer FIFO is: TORCHELASTIC_TIMER_FILE from base_env, else in the run directory.
+std::filesystem::path timer_file(const AgentConfig& config, const std::filesystem::path& run_dir);
+// Workers get the stack-dump hook (agent/stack_dump.h): hang detection or the FileTimer is on.
+bool stack_capture_enabled(const AgentConfig& config);
+// The signal that makes a Python worker dump its stacks (SIGRTMIN+3: not used by glibc, Python or torch).
+int stack_dump_signal();
 
 class ElasticAgent {
  public:

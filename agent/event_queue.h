@@ -1,6 +1,6 @@
 // Event and EventQueue: what the agent loop (agent/elastic_agent.cc) is told by its other threads. The io
-// thread reports worker exits, a stopped worker group and signals; the store watcher reports that the
-// round was stopped (by any node) or that the store was lost.
+// thread reports worker exits, a stopped worker group, signals and expired FileTimer deadlines; the store
+// watcher reports that the round was stopped (by any node) or that the store was lost.
 //
 // EventQueue is a FIFO: many producers (any thread), one consumer (the loop). push never blocks beyond the
 // queue's mutex; pop blocks until an event arrives or its deadline passes. Unbounded (a few events per
@@ -22,15 +22,15 @@
 namespace ddprun::agent {
 
 struct Event {
-  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal };
+  enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal, kDeadlineMissed };
   Kind kind = Kind::kSignal;
   int local_rank = 0;    // kWorkerExited
-  pid_t pid = 0;         // kWorkerExited
+  pid_t pid = 0;         // kWorkerExited, kDeadlineMissed
   ExitStatus status;     // kWorkerExited
   double time = 0;       // kWorkerExited: seconds since the Unix epoch
   rdzv::RoundStop stop;  // kRoundStopped
-  std::string error;     // kWatcherError
-  int signal = 0;        // kSignal
+  std::string error;     // kWatcherError; kDeadlineMissed: the timer's scope
+  int signal = 0;        // kSignal; kDeadlineMissed: the signal the timer asked for
   int round = -1;        // kRoundStopped/kWatcherError: the round the watcher watched
 };
 

@@ -13,6 +13,7 @@ enum ExitCode : int {
   kExitStoreFailed = 3,       // the store could not listen (port in use) or was lost
   kExitRendezvousFailed = 4,  // join timeout, unreachable endpoint, closed rendezvous, duplicate node rank
   kExitSpawnFailed = 5,       // a worker could not be started (program not found, log dir unwritable)
+  kExitHung = 6,              // --hang_timeout: no rank made progress (after the last restart)
   // Under Slurm: SIGTERM/SIGUSR1/SIGUSR2 (scancel, preemption, time limit) stopped the job; it may be
   // requeued (EX_TEMPFAIL).
   kExitSlurmInterrupted = 75,

@@ -100,6 +100,11 @@ void format_one(std::ostringstream& out, const WorkerFailure& f) {
       << "  pid       : " << f.pid << "\n"
       << "  error_file: " << (f.error_file.empty() ? "<N/A>" : f.error_file) << "\n";
   if (!f.message.empty()) out << "  message   : " << f.message << "\n";
+  if (!f.stacks.empty()) {
+    out << "  stacks    :\n";
+    std::istringstream st(f.stacks);
+    for (std::string line; std::getline(st, line);) out << "    " << line << "\n";
+  }
   out << "  traceback : " << (f.traceback.empty() ? "<N/A>\n" : "\n");
   std::istringstream tb(f.traceback);
   for (std::string line; std::getline(tb, line);) out << "    " << line << "\n";

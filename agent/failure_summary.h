@@ -40,6 +40,7 @@ struct WorkerFailure {
   std::string error_file;  // "" when none was written
   std::string message;
   std::string traceback;  // from the error file, or the stderr tail
+  std::string stacks;     // where every rank was (agent/stack_dump.h), one group per line; "" = not captured
 };
 
 // Index of the root cause: the earliest time at one-second resolution (error files have no finer one, so a

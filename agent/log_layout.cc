@@ -43,6 +43,8 @@ WorkerLogPaths LogLayout::worker(int attempt, int local_rank) const {
   p.stdout_file = p.dir / "stdout.log";
   p.stderr_file = p.dir / "stderr.log";
   p.error_file = p.dir / "error.json";
+  p.progress_file = p.dir / "progress";
+  p.run_dir = run_dir_;
   return p;
 }
 

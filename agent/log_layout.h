@@ -2,6 +2,10 @@
 //
 //   <log_dir>/<run_id>_<8 random chars>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
+// ddprun adds, only when hang detection or torch's FileTimer is on: <run_dir>/python_hooks/sitecustomize.py
+// (agent/stack_dump.h), <run_dir>/timer_fifo (agent/file_timer.h) and each worker's heartbeat file
+// attempt_<n>/<local_rank>/progress (DDPRUN_PROGRESS_FILE).
+//
 // The run directory is created once per agent, like torch's tempfile.mkdtemp(prefix=f"{run_id}_",
 // dir=log_dir): a fresh name, created exclusively (mode 0700). Each attempt's directory is emptied and
 // created again (torch: shutil.rmtree then os.makedirs). The paths themselves are computed without touching
@@ -24,6 +28,8 @@ struct WorkerLogPaths {
   std::filesystem::path stdout_file;  // dir/stdout.log
   std::filesystem::path stderr_file;  // dir/stderr.log
   std::filesystem::path error_file;   // dir/error.json (the worker's TORCHELASTIC_ERROR_FILE)
+  std::filesystem::path progress_file;  // dir/progress (the worker's DDPRUN_PROGRESS_FILE)
+  std::filesystem::path run_dir;        // <run_dir> (for the files the agent shares with every worker)
 };
 
 class LogLayout {
@@ -35,6 +41,10 @@ class LogLayout {
 
   const std::filesystem::path& run_dir() const { return run_dir_; }
   std::filesystem::path attempt_dir(int attempt) const;  // <run_dir>/attempt_<n>
+  static std::filesystem::path python_hook_dir(const std::filesystem::path& run_dir) {
+    return run_dir / "python_hooks";
+  }
+  static std::filesystem::path timer_file(const std::filesystem::path& run_dir) { return run_dir / "timer_fifo"; }
   // Pure: the paths of one worker of one attempt.
   WorkerLogPaths worker(int attempt, int local_rank) const;
   // Removes attempt_<n> if it exists, creates it and one directory per local rank 0..local_world_size-1,

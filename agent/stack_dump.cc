@@ -73,8 +73,8 @@ std::string frame_text(const StackFrame& f) {
   return f.function + " (" + base_name(f.file) + (f.line > 0 ? ":" + std::to_string(f.line) : "") + ")";
 }
 
-std::string summarize_stacks(const std::map<int, Stack>& stacks_by_rank, size_t depth) {
-  // Group ranks by their innermost `depth` frames, in rank order within a group.
+std::vector<std::pair<Stack, std::vector<int>>> group_stacks(const std::map<int, Stack>& stacks_by_rank,
+                                                             size_t depth) {
   std::map<Stack, std::vector<int>> groups;
   for (const auto& [rank, stack] : stacks_by_rank) {
     groups[Stack(stack.begin(), stack.begin() + static_cast<long>(std::min(depth, stack.size())))].push_back(rank);
@@ -84,8 +84,12 @@ std::string summarize_stacks(const std::map<int, Stack>& stacks_by_rank, size_t 
     if (a.second.size() != b.second.size()) return a.second.size() < b.second.size();
     return a.second.front() < b.second.front();
   });
+  return ordered;
+}
+
+std::string summarize_stacks(const std::map<int, Stack>& stacks_by_rank, size_t depth) {
   std::string out;
-  for (const auto& [top, ranks] : ordered) {
+  for (const auto& [top, ranks] : group_stacks(stacks_by_rank, depth)) {
     if (!out.empty()) out += " · ";
     out += ranks.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);

@@ -21,6 +21,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ddprun::agent {
@@ -41,7 +42,12 @@ Stack parse_stack_dump(std::string_view text);
 // "stuck_in_data_loading (train.py:7)": the function and the file's base name with the line.
 std::string frame_text(const StackFrame& frame);
 
-// Ranks grouped by their innermost `depth` frames, smallest group first (the odd ones out), each group shown
+// Ranks grouped by their innermost `depth` frames (those frames, the ranks in order), smallest group first
+// (the odd ones out), ties by lowest rank.
+std::vector<std::pair<Stack, std::vector<int>>> group_stacks(const std::map<int, Stack>& stacks_by_rank,
+                                                             size_t depth = 3);
+
+// The groups of group_stacks() in one line, each group shown
 // outermost to innermost: "rank 2: main (train.py:13) → stuck_in_data_loading (train.py:5) · ranks 0,1:
 // main (train.py:15) → backward (_tensor.py:488)". A rank with an empty stack shows "(no stack)".
 std::string summarize_stacks(const std::map<int, Stack>& stacks_by_rank, size_t depth = 3);

@@ -24,6 +24,9 @@ class Plan {
   void warn(std::string text) { log(Action::Level::kWarn, std::move(text)); }
   void error(std::string text) { log(Action::Level::kError, std::move(text)); }
   void add(Action::Kind kind) { actions_.push_back(Action{.kind = kind}); }
+  void signal_process(pid_t pid, int sig) {
+    actions_.push_back(Action{.kind = Action::Kind::kSignalProcess, .signal = sig, .pid = pid});
+  }
   void publish(RoundStop stop) { actions_.push_back(Action{.kind = Action::Kind::kPublishStop, .stop = std::move(stop)}); }
   // Stops the workers once: a group already stopping is left to its stop.
   void stop_workers(int sig, std::chrono::milliseconds grace) {
@@ -93,6 +96,10 @@ void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPoli
   WorkerFailure f = e.failure.value_or(WorkerFailure{
       .host = p.host, .rank = w.rank, .local_rank = w.local_rank, .exit_code = e.status.exit_code,
       .signal = e.status.signal, .pid = w.pid});
+  if (auto note = g.notes.find(w.local_rank); note != g.notes.end()) {
+    f.message = f.message.empty() ? note->second : note->second + "; " + f.message;
+    f.stacks = g.stack_summary;
+  }
   g.failures.push_back(std::move(f));
   plan.error("worker local_rank " + std::to_string(w.local_rank) + " (rank " + std::to_string(w.rank) +
              ", pid " + std::to_string(w.pid) + ") failed: " + e.status.describe());
@@ -114,9 +121,9 @@ void on_liveness_probed(WorkerGroup& g, const GroupEvent& e, const SupervisionPo
   }
   const WorkerFailure& first = g.failures.front();
   ExitStatus status{.exit_code = first.exit_code, .signal = first.signal};
+  const std::string what = g.hung ? first.message : status.describe();
   plan.publish(RoundStop{RoundStop::Kind::kFailed, node_of(g),
-                         "rank " + std::to_string(first.rank) + " on " + p.host + ": " + status.describe(),
-                         status.shell_code()});
+                         "rank " + std::to_string(first.rank) + " on " + p.host + ": " + what, status.shell_code()});
 }
 
 void on_round_stopped(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
@@ -181,6 +188,66 @@ void on_publish_result(WorkerGroup& g, const GroupEvent& e, Plan& plan, const Ro
   plan.error("cannot publish the end of round " + std::to_string(g.round.round) + " to the store: " + e.error);
   if (!g.stop) g.stop = attempted;
   g.store_lost = true;
+}
+
+void on_hung(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
+  if (g.state != GroupState::kHealthy || g.hung) return;
+  g.hung = true;
+  plan.error("no rank made progress for " + seconds_text(p.hang_timeout) +
+             " s (--hang_timeout): capturing every rank's stack, then stopping the group");
+  plan.add(Action::Kind::kCaptureStacks);
+}
+
+void on_deadline_missed(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
+  const std::string sig = e.signal > 0 ? signal_name(e.signal) : "no signal";
+  if (e.local_rank < 0) {
+    plan.warn("pid " + std::to_string(e.pid) + " (not a worker) missed its deadline (scope " + e.scope + "): " +
+              (e.signal > 0 ? "sending it " + sig : "it asked for no signal, nothing done"));
+    if (e.signal > 0) plan.signal_process(e.pid, e.signal);
+    return;
+  }
+  const Worker& w = g.workers.at(static_cast<size_t>(e.local_rank));
+  if (g.state != GroupState::kHealthy || w.state != WorkerState::kHealthy) return;
+  if (e.signal <= 0) {
+    plan.warn("rank " + std::to_string(w.rank) + " missed its deadline (scope " + e.scope +
+              ") and asked for no signal: nothing done");
+    return;
+  }
+  g.notes[w.local_rank] = "rank " + std::to_string(w.rank) + " missed its deadline (scope " + e.scope + ")";
+  plan.error(g.notes[w.local_rank] + ": capturing every rank's stack, then sending " + sig + " to pid " +
+             std::to_string(e.pid));
+  plan.add(Action::Kind::kCaptureStacks);
+  plan.signal_process(e.pid, e.signal);
+}
+
+void on_stacks_captured(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+  std::string summary = summarize_stacks(e.stacks);
+  if (!summary.empty()) plan.error("where the ranks are: " + summary);
+  g.stack_summary.clear();
+  for (size_t start = 0; start < summary.size();) {  // one group per line for the failure summary
+    size_t end = summary.find(" · ", start);
+    g.stack_summary += summary.substr(start, end - start) + "\n";
+    start = end == std::string::npos ? summary.size() : end + std::string(" · ").size();
+  }
+  if (!g.hung || g.state != GroupState::kHealthy) return;
+  // The failure is the node's; it is named after the odd rank out (the first group of the summary).
+  const Worker* odd = &g.workers.front();
+  if (auto groups = group_stacks(e.stacks); !groups.empty()) {
+    for (const Worker& w : g.workers) {
+      if (w.rank == groups.front().second.front()) odd = &w;
+    }
+  }
+  g.failures.push_back(WorkerFailure{.time = e.time,
+                                     .host = p.host,
+                                     .rank = odd->rank,
+                                     .local_rank = odd->local_rank,
+                                     .exit_code = kExitHung,
+                                     .pid = odd->pid,
+                                     .message = "no progress from any rank for " + seconds_text(p.hang_timeout) +
+                                                " s (--hang_timeout)",
+                                     .stacks = g.stack_summary});
+  plan.stop_workers(SIGTERM);
+  plan.add(Action::Kind::kProbeLiveness);
 }
 
 void on_group_stopped(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
@@ -275,6 +342,15 @@ std::vector<Action> supervise(WorkerGroup& g, const GroupEvent& e, const Supervi
     case Kind::kStopPublished:
     case Kind::kPublishFailed:
       on_publish_result(g, e, plan, e.stop);
+      break;
+    case Kind::kHung:
+      on_hung(g, p, plan);
+      break;
+    case Kind::kDeadlineMissed:
+      on_deadline_missed(g, e, plan);
+      break;
+    case Kind::kStacksCaptured:
+      on_stacks_captured(g, e, p, plan);
       break;
     case Kind::kNodeDoneFailed:
       plan.warn("exit barrier: " + e.error);

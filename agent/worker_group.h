@@ -8,6 +8,8 @@
 //
 //   kHealthy --a worker failed--------------> kStopping: stop local workers, then probe liveness, then
 //       |                                      publish kFailed (or kMembership if a node is dead)
+//       |--hung (no progress)---------------> capture every rank's stack, then as a failure (exit 6)
+//       |--a FileTimer deadline missed------> capture stacks, send the timer's signal to that worker
 //       |--a peer stopped the round---------> kStopping: stop local workers (with the peer's signal, if any)
 //       |--a signal------------------------> kStopping: forward it, publish kShutdown
 //       |--store lost----------------------> kStopping (exit 3)
@@ -34,6 +36,7 @@
 #include "agent/failure_summary.h"
 #include "agent/log_layout.h"
 #include "agent/process_context.h"
+#include "agent/stack_dump.h"
 #include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::agent {
@@ -77,6 +80,9 @@ struct WorkerGroup {
   bool store_lost = false;
   bool spawn_failed = false;
   bool in_exit_barrier = false;  // waiting for the other nodes; the loop arms exit_barrier_timeout
+  bool hung = false;             // --hang_timeout fired; the stacks are being captured
+  std::map<int, std::string> notes;  // local rank -> why it is about to fail ("missed its deadline ...")
+  std::string stack_summary;         // where the ranks were at the last capture, one group per line
 };
 
 // Fixed for a round: the job's restart policy and what messages name.
@@ -86,6 +92,7 @@ struct SupervisionPolicy {
   std::map<int, int> signal_exit_codes;  // signal -> exit code (absent: 128+N)
   std::chrono::milliseconds shutdown_grace{30000};
   std::chrono::milliseconds exit_barrier_timeout{300000};
+  std::chrono::milliseconds hang_timeout{0};
   std::string host;  // this node's host name, for failure messages
 };
 
@@ -102,6 +109,9 @@ struct GroupEvent {
     kStopPublished,   // result of kPublishStop: stop = the stop that won (maybe a peer's)
     kPublishFailed,   // result of kPublishStop: error, stop = the stop that could not be published
     kNodeDoneFailed,  // result of kMarkNodeDone: error
+    kHung,            // no local rank made progress for hang_timeout (agent/progress_monitor.h)
+    kDeadlineMissed,  // a FileTimer expired: pid, local_rank (-1: not a worker), scope, signal
+    kStacksCaptured,  // result of kCaptureStacks: stacks (global rank -> main thread's stack)
   };
   Kind kind = Kind::kSignal;
   int local_rank = 0;
@@ -111,6 +121,10 @@ struct GroupEvent {
   std::string error;
   int signal = 0;
   std::vector<int> dead_nodes;
+  pid_t pid = 0;
+  std::string scope;
+  std::map<int, Stack> stacks;
+  double time = 0;  // kStacksCaptured: when (Unix seconds), for the failure it may record
 };
 
 struct Action {
@@ -124,6 +138,8 @@ struct Action {
     kPrintSummary,      // print the failure summary of group.failures
     kNoteLocalFailure,  // this node caused the failure (the c10d backend's cooldown)
     kFinish,            // outcome, exit_code, close_rendezvous
+    kCaptureStacks,     // ask every running worker where it is; -> kStacksCaptured
+    kSignalProcess,     // pid, signal: send it to that process only (a FileTimer's request)
   };
   enum class Level { kInfo, kWarn, kError };
   Kind kind = Kind::kLog;
@@ -135,6 +151,7 @@ struct Action {
   Outcome outcome = Outcome::kExit;
   int exit_code = 0;
   bool close_rendezvous = true;  // kFinish: false when a signal ended the job (late agents may still join)
+  pid_t pid = 0;
 };
 
 // The group of one round, every worker kHealthy and not yet spawned: worker_launches() for each local rank.

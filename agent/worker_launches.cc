@@ -1,10 +1,46 @@
 #include "agent/worker_launches.h"
 
+#include <csignal>
 #include <utility>
 
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {
+
+namespace {
+
+// What hang detection and torch's FileTimer give a worker (agent/elastic_agent.h).
+void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
+  if (file_timer_enabled(config)) env["TORCHELASTIC_TIMER_FILE"] = timer_file(config, p.run_dir).string();
+  if (config.hang_timeout.count() > 0) env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
+  if (stack_capture_enabled(config)) {
+    std::string hooks = LogLayout::python_hook_dir(p.run_dir).string();
+    auto old = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = old == env.end() || old->second.empty() ? hooks : hooks + ":" + old->second;
+    env["DDPRUN_STACK_SIGNAL"] = std::to_string(stack_dump_signal());
+  }
+}
+
+}  // namespace
+
+bool file_timer_enabled(const AgentConfig& config) {
+  auto it = config.base_env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
+  return it != config.base_env.end() && it->second == "1";
+}
+
+std::filesystem::path timer_file(const AgentConfig& config, const std::filesystem::path& run_dir) {
+  auto it = config.base_env.find("TORCHELASTIC_TIMER_FILE");
+  return it != config.base_env.end() && !it->second.empty() ? std::filesystem::path(it->second)
+                                                            : LogLayout::timer_file(run_dir);
+}
+
+bool stack_capture_enabled(const AgentConfig& config) {
+  return config.hang_timeout.count() > 0 || file_timer_enabled(config);
+}
+
+int stack_dump_signal() {
+  return SIGRTMIN + 3;
+}
 
 std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv::RendezvousInfo& info,
                                           const std::vector<WorkerLogPaths>& paths,
@@ -35,6 +71,7 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     w.local_rank = lr;
     w.argv = config.workers[static_cast<size_t>(lr)].argv;
     w.env = worker_env(config.base_env, who, env, config.set_omp_threads);
+    add_watchdog_env(config, p, w.env);
     if (o.stdout_to_file) w.stdout_file = p.stdout_file;
     // stderr always goes to its log file as well, so a failure can quote its last lines.
     w.stderr_file = p.stderr_file;

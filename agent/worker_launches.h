@@ -5,7 +5,9 @@
 // every round is a new attempt for the workers); stdout to its log file when the rank's output says so,
 // stderr always to its log file too (a failure report quotes its last lines); whole console lines when
 // more than one worker shares the console; the console prefix "[<node_tag>:<role><local_rank>]:" (no
-// "<node_tag>:" when the tag is empty) when prefix_console is set.
+// "<node_tag>:" when the tag is empty) when prefix_console is set. With hang detection or torch's FileTimer
+// on: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and the stack-dump hook (PYTHONPATH first entry,
+// DDPRUN_STACK_SIGNAL), see agent/elastic_agent.h.
 //
 // Pure: touches no file or process. Thread-safe. Preconditions (broken ones are bugs, not user errors):
 // paths and ranks have one entry per local rank (config.workers.size()).

@@ -4,10 +4,15 @@
 // run() hang: the test's time limit catches that).
 #include "agent/elastic_agent.h"
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <memory>
 #include <mutex>
+
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -87,7 +92,8 @@ struct Outcome {
 
 // One node, one worker running fake_worker with `worker_flags`, max_restarts 1; the store vanishes at step
 // `vanish_at` (-1: when the watcher first waits; a number past the last step: never).
-Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at) {
+Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at,
+               const std::function<void(AgentConfig&)>& adjust = {}) {
   VanishingStore store;
   ddprun::rdzv::StaticRendezvousOptions o;
   o.run_id = "vanish";
@@ -107,6 +113,7 @@ Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at) {
   c.shutdown_grace = 2s;
   c.exit_barrier_timeout = 5s;
   c.base_env = {{"PATH", "/usr/bin:/bin"}};
+  if (adjust) adjust(c);
   ElasticAgent agent(std::move(c), std::move(rdzv));
   out.exit_code = agent.run();  // must not throw
   return out;
@@ -160,4 +167,22 @@ TEST_CASE("the store vanishing while a worker hangs: the worker is stopped and t
   const Outcome o = run_job({"--hang"}, -1);
   INFO(describe(o));
   CHECK(o.exit_code == ddprun::agent::kExitStoreFailed);
+}
+
+TEST_CASE("hang detection: workers that stop making progress are stopped, their stacks read with gdb (exit 6)") {
+  const auto log_dir = fs::temp_directory_path() / ("ddprun-hang-" + std::to_string(::getpid()));
+  const Outcome o = run_job({"--hang"}, 1000, [&](AgentConfig& c) {
+    c.hang_timeout = 1s;
+    c.max_restarts = 0;
+    c.log_dir = log_dir;
+  });
+  INFO(describe(o));
+  CHECK(o.exit_code == ddprun::agent::kExitHung);
+  // gdb attached to the worker and wrote its stacks into the worker's stderr log (when gdb is installed).
+  std::string log;
+  for (const auto& e : fs::recursive_directory_iterator(log_dir)) {
+    if (e.path().filename() == "stderr.log") log += std::string(std::istreambuf_iterator<char>(std::ifstream(e.path()).rdbuf()), {});
+  }
+  if (std::system("command -v gdb >/dev/null") == 0) CHECK(log.find("in main (") != std::string::npos);
+  fs::remove_all(log_dir);
 }

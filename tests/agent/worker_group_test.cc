@@ -327,3 +327,86 @@ TEST_CASE("make_worker_group resolves each local rank's launch for the round") {
   CHECK(g.workers[1].paths.error_file == "/run/attempt_1/1/error.json");
   CHECK(g.state == GroupState::kHealthy);
 }
+
+namespace {
+
+Stack waiting() {
+  return {{"backward", "/torch/_tensor.py", 488}, {"main", "/x/train.py", 15}, {"<module>", "/x/train.py", 19}};
+}
+Stack sleeping() {
+  return {{"stuck_in_data_loading", "/x/train.py", 5}, {"main", "/x/train.py", 13}, {"<module>", "/x/train.py", 19}};
+}
+
+}  // namespace
+
+TEST_CASE("a hang: capture the stacks, then fail the group naming the odd rank out (exit 6 when no restart)") {
+  Fixture f;
+  f.p.hang_timeout = std::chrono::seconds(15);
+  f.p.restarts_done = 2;
+  auto a = f.on(GroupEvent{.kind = EK::kHung});
+  CHECK(kinds(a) == std::vector{AK::kCaptureStacks});
+  CHECK(logs(a) == "no rank made progress for 15 s (--hang_timeout): capturing every rank's stack, then stopping "
+                   "the group\n");
+  CHECK(f.on(GroupEvent{.kind = EK::kHung}).empty());  // once
+  a = f.on(GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, sleeping()}}, .time = 1000});
+  CHECK(kinds(a) == std::vector{AK::kStopWorkers, AK::kProbeLiveness});
+  CHECK(logs(a).find("where the ranks are: rank 2: <module> (train.py:19)") == 0);
+  REQUIRE(f.g.failures.size() == 1);
+  const WorkerFailure& hung = f.g.failures[0];
+  CHECK(hung.exit_code == kExitHung);
+  CHECK(hung.time == 1000);
+  CHECK(hung.message == "no progress from any rank for 15 s (--hang_timeout)");
+  CHECK(hung.stacks ==
+        "rank 2: <module> (train.py:19) → main (train.py:15) → backward (_tensor.py:488)\n"
+        "rank 3: <module> (train.py:19) → main (train.py:13) → stuck_in_data_loading (train.py:5)\n");
+  a = f.on(GroupEvent{.kind = EK::kLivenessProbed});
+  CHECK(a[0].stop.detail == "rank 2 on node-b: no progress from any rank for 15 s (--hang_timeout)");
+  CHECK(a[0].stop.exit_code == kExitHung);
+  f.on(GroupEvent{.kind = EK::kStopPublished, .stop = a[0].stop});
+  a = f.stopped();
+  CHECK(a.back().outcome == Outcome::kExit);
+  CHECK(a.back().exit_code == kExitHung);
+}
+
+TEST_CASE("a hang names the rank whose stack differs from the others'") {
+  Fixture f;
+  f.g.workers.push_back(Worker{.local_rank = 2, .rank = 4, .pid = 102});
+  f.on(GroupEvent{.kind = EK::kHung});
+  f.on(GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, waiting()}, {4, sleeping()}}});
+  REQUIRE(f.g.failures.size() == 1);
+  CHECK(f.g.failures[0].rank == 4);
+  CHECK(f.g.failures[0].local_rank == 2);
+  CHECK(f.g.failures[0].pid == 102);
+}
+
+TEST_CASE("a hang reported while the group already stops changes nothing") {
+  Fixture f;
+  f.exited(0, ExitStatus{.exit_code = 1});
+  CHECK(f.on(GroupEvent{.kind = EK::kHung}).empty());
+}
+
+TEST_CASE("a missed FileTimer deadline: stacks first, then the timer's signal to that pid, then a named failure") {
+  Fixture f;
+  auto a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = 1, .signal = SIGKILL, .pid = 101, .scope = "load"});
+  REQUIRE(kinds(a) == std::vector{AK::kCaptureStacks, AK::kSignalProcess});
+  CHECK(a.back().pid == 101);
+  CHECK(a.back().signal == SIGKILL);
+  CHECK(logs(a) == "rank 3 missed its deadline (scope load): capturing every rank's stack, then sending SIGKILL to "
+                   "pid 101\n");
+  f.on(GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, sleeping()}}});
+  CHECK(f.g.failures.empty());  // not a hang: the worker's own exit is the failure
+  f.exited(1, ExitStatus{.signal = SIGKILL});
+  REQUIRE(f.g.failures.size() == 1);
+  CHECK(f.g.failures[0].message == "rank 3 missed its deadline (scope load)");
+  CHECK(f.g.failures[0].stacks.find("rank 3: <module>") != std::string::npos);
+}
+
+TEST_CASE("a deadline without a signal, or of a process that is not a worker") {
+  Fixture f;
+  auto a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = 0, .signal = 0, .pid = 100, .scope = "s"});
+  CHECK(kinds(a).empty());
+  CHECK(logs(a) == "rank 2 missed its deadline (scope s) and asked for no signal: nothing done\n");
+  a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = -1, .signal = SIGTERM, .pid = 555, .scope = "s"});
+  CHECK(kinds(a) == std::vector{AK::kSignalProcess});
+  CHECK(logs(a) == "pid 555 (not a worker) missed its deadline (scope s): sending it SIGTERM\n");
+}
