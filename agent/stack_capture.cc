@@ -93,8 +93,9 @@ std::map<int, Stack> capture_stacks(const std::vector<StackTarget>& targets, int
   std::vector<std::pair<const StackTarget*, off_t>> asked;  // Python workers signalled, from where to read
   std::vector<const StackTarget*> native;
   for (const auto& t : targets) {
+    const off_t before = size_of(t.stderr_log);  // before the signal: the dump may land at once
     if (catches_signal(t.pid, python_signal) && ::kill(t.pid, python_signal) == 0) {
-      asked.emplace_back(&t, size_of(t.stderr_log));
+      asked.emplace_back(&t, before);
     } else {
       native.push_back(&t);
     }

@@ -75,6 +75,8 @@ class Parser {
           "Seconds from forwarded signal to SIGKILL", "30");
     value("--exit_barrier_timeout,--exit-barrier-timeout", "", "Seconds to wait for other nodes at exit",
           "300");
+    value("--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
+          "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0");
     value("--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3");
     flag("--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything");
     value("--log_level,--log-level", "", "trace, debug, info, warn, error, critical or off", "info");
@@ -286,6 +288,7 @@ class Parser {
     c.signals_to_handle = parse_signals(get("--signals_to_handle"));
     c.shutdown_timeout = seconds(get("--shutdown_timeout"));
     c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
+    c.hang_timeout = seconds(get("--hang_timeout"));
     c.python = get("--python").text;
     if (!given("--python")) {
       for (const char* var : {"DDPRUN_PYTHON", "PYTHON_EXEC"}) {

@@ -88,6 +88,7 @@ struct LaunchConfig {
   std::vector<int> signals_to_handle;
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
+  double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
   // sys.executable)
   std::string python = "python3";

@@ -55,6 +55,7 @@ ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_ne
   a.max_restarts = c.max_restarts;
   a.shutdown_grace = seconds(c.shutdown_timeout);
   a.exit_barrier_timeout = seconds(c.exit_barrier_timeout);
+  a.hang_timeout = seconds(c.hang_timeout);
   a.signals_to_handle = c.signals_to_handle;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) {

@@ -9,7 +9,8 @@ ranks compare a checksum of their parameters (they must be identical). Options f
 <DIR>/rank<R>.json with the checksum; --fail-rank/--fail-step/--fail-attempt make one rank crash once;
 --checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart; --stamp FILE
 appends timestamped lines (script start, first completed step of each attempt, crash) for
-scripts/bench-recovery.sh.
+scripts/bench-recovery.sh; --hang-rank/--hang-step/--hang-attempt make one rank stop in
+stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs.
 """
 import argparse
 import datetime
@@ -29,6 +30,12 @@ def stamp(path, event, attempt, rank):
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def stuck_in_data_loading():
+    """A data loader that never returns: the rank sleeps while its peers wait in the next all-reduce."""
+    while True:
+        time.sleep(3600)
 
 
 def early_stamp_path(argv):
@@ -64,6 +71,9 @@ def parse_args():
     p.add_argument("--fail-attempt", type=int, default=0, help="restart attempt in which --fail-rank crashes")
     p.add_argument("--fail-until-attempt", type=int, default=-1,
                    help="--fail-rank crashes (os._exit(3), no clean-up) in every attempt below this one")
+    p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--hang-step", type=int, default=-1)
+    p.add_argument("--hang-attempt", type=int, default=0, help="restart attempt in which --hang-rank hangs")
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
@@ -101,6 +111,9 @@ def main():
     t0 = time.time()
     loss = torch.tensor(0.0)
     for step in range(start, args.steps):
+        if rank == args.hang_rank and step == args.hang_step and attempt == args.hang_attempt:
+            print(f"rank {rank}: hanging at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
+            stuck_in_data_loading()
         x = torch.randn(args.batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
         opt.zero_grad()
