@@ -323,7 +323,10 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
     case Action::Kind::kCaptureStacks: {
       std::vector<StackTarget> targets;
       for (const Worker& w : group.workers) {
-        if (w.state == WorkerState::kHealthy && w.pid > 0) targets.push_back({w.rank, w.pid, w.paths.stderr_file});
+        if (w.state != WorkerState::kHealthy || w.pid <= 0) continue;
+        auto pipe = w.launch.env.find("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+        targets.push_back({w.rank, w.pid, w.paths.stderr_file,
+                           pipe == w.launch.env.end() ? "" : pipe->second + std::to_string(w.rank) + ".pipe"});
       }
       results.push_back(GroupEvent{.kind = K::kStacksCaptured,
                                    .stacks = capture_stacks(targets, stack_dump_signal()),

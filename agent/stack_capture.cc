@@ -1,5 +1,7 @@
 #include "agent/stack_capture.h"
 
+#include <spdlog/spdlog.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -93,6 +95,13 @@ std::map<int, Stack> capture_stacks(const std::vector<StackTarget>& targets, int
   std::vector<std::pair<const StackTarget*, off_t>> asked;  // Python workers signalled, from where to read
   std::vector<const StackTarget*> native;
   for (const auto& t : targets) {
+    if (!t.nccl_dump_pipe.empty()) {
+      int fd = ::open(t.nccl_dump_pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // fails unless torch listens
+      if (fd >= 0) {
+        if (::write(fd, "1", 1) == 1) spdlog::info("asked rank {} for its NCCL flight-recorder trace", t.rank);
+        ::close(fd);
+      }
+    }
     const off_t before = size_of(t.stderr_log);  // before the signal: the dump may land at once
     if (catches_signal(t.pid, python_signal) && ::kill(t.pid, python_signal) == 0) {
       asked.emplace_back(&t, before);

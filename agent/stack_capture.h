@@ -6,6 +6,10 @@
 // on the PATH: `gdb -p <pid> -batch -nx -ex "thread apply all bt"`, appended to its stderr log, 15 s at most
 // each (attaching needs ptrace rights: root, or kernel.yama.ptrace_scope 0). Without either it has no stack.
 //
+// A torch NCCL worker with the flight recorder's dump pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe, set by
+// the agent with --hang_timeout) is also asked for its NCCL trace, which torch writes to
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank> in the rank's log directory.
+//
 // Blocking: up to `wait` for the Python dumps to appear, plus the gdb runs. Never throws (what fails is missing
 // from the result). Call from one thread at a time.
 #pragma once
@@ -25,6 +29,7 @@ struct StackTarget {
   int rank = 0;
   pid_t pid = 0;
   std::filesystem::path stderr_log;
+  std::filesystem::path nccl_dump_pipe;  // "" or torch's flight-recorder pipe of this rank (may not exist)
 };
 
 // Global rank -> the main thread's stack (absent or empty when none could be read).

@@ -12,7 +12,16 @@ namespace {
 // What hang detection and torch's FileTimer give a worker (agent/elastic_agent.h).
 void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
   if (file_timer_enabled(config)) env["TORCHELASTIC_TIMER_FILE"] = timer_file(config, p.run_dir).string();
-  if (config.hang_timeout.count() > 0) env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
+  if (config.hang_timeout.count() > 0) {
+    env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
+    // torch's NCCL flight recorder (GPU jobs): record, dump on its own timeout into the rank's log directory,
+    // and open the pipe through which the agent asks for a dump when it finds the group hung. A user's own
+    // settings win.
+    env.try_emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+    env.try_emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+    env.try_emplace("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", (p.dir / "nccl_trace_rank_").string());
+    env.try_emplace("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", (p.dir / "nccl_trace_pipe_rank_").string());
+  }
   if (stack_capture_enabled(config)) {
     std::string hooks = LogLayout::python_hook_dir(p.run_dir).string();
     auto old = env.find("PYTHONPATH");

@@ -2,6 +2,7 @@
 // console routing) from its configuration and the rendezvous result. Pure: no file or process is touched.
 #include "agent/worker_launches.h"
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -42,15 +43,7 @@ ddprun::rdzv::RendezvousInfo node_1_round_2() {
 
 std::vector<WorkerLogPaths> paths(int n) {
   std::vector<WorkerLogPaths> out;
-  for (int lr = 0; lr < n; ++lr) {
-    WorkerLogPaths p;
-    p.local_rank = lr;
-    p.dir = "/logs/job_x/attempt_2/" + std::to_string(lr);
-    p.stdout_file = p.dir / "stdout.log";
-    p.stderr_file = p.dir / "stderr.log";
-    p.error_file = p.dir / "error.json";
-    out.push_back(p);
-  }
+  for (int lr = 0; lr < n; ++lr) out.push_back(LogLayout("/logs/job_x").worker(2, lr));
   return out;
 }
 
@@ -112,4 +105,38 @@ TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") 
   CHECK(ws[0].env.at("WORLD_SIZE") == "1");
   CHECK(ws[0].env.at("RANK") == "0");
   CHECK_FALSE(ws[0].env.count("OMP_NUM_THREADS"));  // set_omp_threads is the caller's choice
+}
+
+TEST_CASE("worker_launches: hang detection and torch's FileTimer add their variables", "[worker_launches]") {
+  AgentConfig c = two_workers();
+  auto env_of = [&](const AgentConfig& config) {
+    return worker_launches(config, node_1_round_2(), paths(2), {4, 5}, "job").at(1).env;
+  };
+  Env plain = env_of(c);
+  for (const char* name : {"DDPRUN_PROGRESS_FILE", "DDPRUN_STACK_SIGNAL", "PYTHONPATH", "TORCHELASTIC_TIMER_FILE",
+                           "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
+    CHECK_FALSE(plain.count(name));
+  }
+
+  c.hang_timeout = std::chrono::seconds(30);
+  c.base_env["PYTHONPATH"] = "/site";
+  c.base_env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "50";  // the user's wins
+  Env hang = env_of(c);
+  CHECK(hang.at("DDPRUN_PROGRESS_FILE") == "/logs/job_x/attempt_2/1/progress");
+  CHECK(hang.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
+  CHECK(hang.at("DDPRUN_STACK_SIGNAL") == std::to_string(SIGRTMIN + 3));
+  CHECK(hang.at("TORCH_NCCL_TRACE_BUFFER_SIZE") == "50");
+  CHECK(hang.at("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1");
+  CHECK(hang.at("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == "/logs/job_x/attempt_2/1/nccl_trace_rank_");
+  CHECK(hang.at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/logs/job_x/attempt_2/1/nccl_trace_pipe_rank_");
+  CHECK_FALSE(hang.count("TORCHELASTIC_TIMER_FILE"));
+
+  c.hang_timeout = std::chrono::seconds(0);
+  c.base_env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  Env timer = env_of(c);
+  CHECK(timer.at("TORCHELASTIC_TIMER_FILE") == "/logs/job_x/timer_fifo");
+  CHECK(timer.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");  // stacks on a missed deadline
+  CHECK_FALSE(timer.count("DDPRUN_PROGRESS_FILE"));
+  c.base_env["TORCHELASTIC_TIMER_FILE"] = "/run/my_timer";
+  CHECK(env_of(c).at("TORCHELASTIC_TIMER_FILE") == "/run/my_timer");
 }
