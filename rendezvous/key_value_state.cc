@@ -195,8 +195,8 @@ std::optional<KeyValueState::HandleId> KeyValueState::wait(const std::vector<std
   HandleId id = next_id_++;
   for (const auto& k : keys) {
     if (values_.count(k) || queues_.count(k)) continue;
+    if (!waiters_by_key_[k].insert(id).second) continue;  // a key named twice counts once
     missing.push_back(k);
-    waiters_by_key_[k].push_back(id);
   }
   if (missing.empty()) return std::nullopt;
   const size_t count = missing.size();
@@ -212,7 +212,7 @@ bool KeyValueState::cancel_wait(HandleId id) {
   for (const auto& k : it->second.keys) {
     auto by_key = waiters_by_key_.find(k);
     if (by_key == waiters_by_key_.end()) continue;  // already taken by written() for this key
-    std::erase(by_key->second, id);
+    by_key->second.erase(id);
     if (by_key->second.empty()) waiters_by_key_.erase(by_key);
   }
   waiters_.erase(it);
@@ -222,7 +222,7 @@ bool KeyValueState::cancel_wait(HandleId id) {
 KeyValueState::HandleId KeyValueState::watch(const std::string& key, WatchFn fn) {
   HandleId id = next_id_++;
   watchers_.emplace(id, Watcher{key, std::move(fn)});
-  watchers_by_key_[key].push_back(id);
+  watchers_by_key_[key].insert(id);
   return id;
 }
 
@@ -231,7 +231,7 @@ void KeyValueState::unwatch(HandleId id) {
   if (it == watchers_.end()) return;
   auto by_key = watchers_by_key_.find(it->second.key);
   if (by_key != watchers_by_key_.end()) {
-    std::erase(by_key->second, id);
+    by_key->second.erase(id);
     if (by_key->second.empty()) watchers_by_key_.erase(by_key);
   }
   watchers_.erase(it);
@@ -241,19 +241,18 @@ void KeyValueState::written(const std::string& key, WatchEvent event, const std:
                             const std::string* new_value, bool wake_one) {
   if (key == kWorkerKeyspaceKey) collect_keyspaces();
   if (auto it = waiters_by_key_.find(key); it != waiters_by_key_.end()) {
-    std::vector<HandleId> ids = std::move(it->second);
-    waiters_by_key_.erase(it);
+    // Every waiter of the key counts this write (a queue push: only up to the first one it completes).
     std::vector<ReadyFn> ready;
-    size_t i = 0;
-    for (; i < ids.size() && !(wake_one && !ready.empty()); ++i) {
-      auto w = waiters_.find(ids[i]);
-      if (w == waiters_.end()) continue;  // cancelled
-      if (--w->second.missing == 0) {
+    auto& ids = it->second;
+    while (!ids.empty() && !(wake_one && !ready.empty())) {
+      auto w = waiters_.find(*ids.begin());
+      ids.erase(ids.begin());
+      if (w != waiters_.end() && --w->second.missing == 0) {
         ready.push_back(std::move(w->second.on_ready));
         waiters_.erase(w);
       }
     }
-    if (i < ids.size()) waiters_by_key_[key].assign(ids.begin() + static_cast<ptrdiff_t>(i), ids.end());
+    if (ids.empty()) waiters_by_key_.erase(it);
     for (auto& fn : ready) fn();
   }
   notify_watchers(key, event, old_value, new_value);
@@ -267,7 +266,7 @@ void KeyValueState::notify_watchers(const std::string& key, WatchEvent event, co
                                     const std::string* new_value) {
   auto it = watchers_by_key_.find(key);
   if (it == watchers_by_key_.end()) return;
-  std::vector<HandleId> ids = it->second;  // a callback may unwatch
+  std::vector<HandleId> ids(it->second.begin(), it->second.end());  // a callback may unwatch
   for (HandleId id : ids) {
     auto w = watchers_.find(id);
     if (w != watchers_.end()) w->second.fn(event, key, old_value, new_value);

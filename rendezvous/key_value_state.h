@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -116,10 +117,12 @@ class KeyValueState {
 
   std::unordered_map<std::string, std::string> values_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
+  // Per key, the ids of its waiters and watchers in registration order (ids grow): O(log n) to add or drop
+  // one, so many waits on one key cost n log n in all, not n^2.
   std::unordered_map<HandleId, Waiter> waiters_;
-  std::unordered_map<std::string, std::vector<HandleId>> waiters_by_key_;
+  std::unordered_map<std::string, std::set<HandleId>> waiters_by_key_;
   std::unordered_map<HandleId, Watcher> watchers_;
-  std::unordered_map<std::string, std::vector<HandleId>> watchers_by_key_;
+  std::unordered_map<std::string, std::set<HandleId>> watchers_by_key_;
   std::unordered_map<std::string, size_t> keyspace_refs_;  // prefix -> sessions bound to it
   HandleId next_id_ = 1;
   size_t stored_bytes_ = 0;

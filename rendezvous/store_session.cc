@@ -60,7 +60,7 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
   // The id is only known after wait() returns, so the callback finds itself through a shared slot.
   auto self_id = std::make_shared<KeyValueState::HandleId>(0);
   auto id = state_.wait(keys, [this, self_id] {
-    std::erase(waits_, *self_id);
+    waits_.erase(*self_id);
     WireWriter(out_).u8(kWaitStopWaiting);
     if (on_async_output_) on_async_output_();
   });
@@ -69,7 +69,7 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
     return;
   }
   *self_id = *id;
-  waits_.push_back(*id);
+  waits_.insert(*id);
 }
 
 std::string StoreSession::handle(Request& req, size_t max_output) {
@@ -103,6 +103,10 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       w.u8(state_.check(req.keys) ? kCheckReady : kCheckNotReady);
       break;
     case Op::kWait:
+      if (waits_.size() >= parser_.limits().max_pending_waits) {
+        return "more than " + std::to_string(parser_.limits().max_pending_waits) +
+               " WAITs pending on one connection (the limit)";
+      }
       handle_wait(req.keys);
       break;
     case Op::kGetNumKeys:
@@ -161,6 +165,10 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       // repeated WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
       w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
       if (watches_.count(req.keys[0])) break;
+      if (watches_.size() >= parser_.limits().max_watched_keys) {
+        return "more than " + std::to_string(parser_.limits().max_watched_keys) +
+               " keys watched on one connection (the limit)";
+      }
       auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
                                                  const std::string* old_value, const std::string* new_value) {
         WireWriter ww(out_);

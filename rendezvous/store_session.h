@@ -9,6 +9,10 @@
 // state's current worker keyspace (KeyValueState); from then on its worker keys are scoped to it, and the
 // keys it gets back (LIST_KEYS, WATCH_KEY events) are shown without the prefix. Transparent to the client.
 //
+// Limits per session (WireLimits::max_pending_waits, max_watched_keys): pending WAITs and watched keys. A client over one is broken: its
+// request gets an error naming the limit and the session must be dropped (torch clients keep one WAIT
+// pending at a time and watch a handful of keys).
+//
 // Replies accumulate in output(). Most are produced by consume(); WAIT and WATCH_KEY replies can also be
 // produced later, when another session writes a key: then `on_async_output` is called so the owner can
 // start a write. A session never blocks.
@@ -21,6 +25,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "rendezvous/key_value_state.h"
@@ -65,7 +70,7 @@ class StoreSession {
   std::string out_;
   Request scratch_;
   std::vector<const std::string*> found_;       // MULTI_GET: each key's value (nullptr: missing), reused
-  std::vector<KeyValueState::HandleId> waits_;  // pending WAITs, oldest first
+  std::unordered_set<KeyValueState::HandleId> waits_;  // pending WAITs
   std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
   bool bound_ = false;
   std::string prefix_;  // the bound keyspace's prefix ("" = unscoped)

@@ -397,4 +397,69 @@ TEST_CASE("Hostile client: a watcher that never reads its notifications is dropp
   f.require_healthy();
 }
 
+
+namespace {
+
+// A modern client's WAIT on one key, as bytes.
+std::string wait_request(const std::string& key) {
+  return encoded(Dialect::kModern, Request{.op = Op::kWait, .keys = {key}});
+}
+
+// A fresh well-behaved client's round trip (ADD then GET) completes within `limit`.
+bool round_trip_within(uint16_t port, std::chrono::milliseconds limit) {
+  auto o = client_options(Dialect::kModern);
+  o.timeout = limit;
+  StoreClient c("127.0.0.1", port, o);
+  c.add("probe", 1);
+  return c.get("kept") == "value";
+}
+
+}  // namespace
+
+TEST_CASE("Hostile client: more WAITs pending than the per-connection limit is dropped",
+          "[store][hostile][integration]") {
+  StoreServerOptions options;
+  options.limits.max_pending_waits = 100;
+  Fixture f(options);
+  const auto before = f.server.stats().dropped;
+  RawSocket s(f.server.port());
+  std::string burst = modern_hello();
+  for (int i = 0; i < 101; ++i) burst += wait_request("never");
+  REQUIRE(s.send(burst));
+  REQUIRE(s.wait_closed());
+  f.require_dropped(before);
+  REQUIRE(eventually([&] { return f.server.stats().pending_waits == 0; }));  // its waits went with it
+  f.require_healthy();
+}
+
+TEST_CASE("Hostile client: a hundred thousand WAITs on one key complete and vanish without freezing the store",
+          "[store][hostile][integration]") {
+  Fixture f;
+  const int connections = 100, waits = 1000;  // each connection at the default limit (1024)
+  std::vector<std::unique_ptr<RawSocket>> clients;
+  std::string burst;
+  for (int i = 0; i < waits; ++i) burst += wait_request("/hot");  // StoreClient puts "/" before its keys
+  for (int c = 0; c < connections; ++c) {
+    clients.push_back(std::make_unique<RawSocket>(f.server.port()));
+    REQUIRE(clients.back()->send(modern_hello() + burst));
+  }
+  REQUIRE(eventually([&] { return f.server.stats().pending_waits == connections * waits; }, 60s));
+  REQUIRE(round_trip_within(f.server.port(), 5s));
+  // Half of the clients leave: their waits are cancelled; then the key is set: the rest complete at once.
+  for (int c = 0; c < connections / 2; ++c) clients[static_cast<size_t>(c)]->close();
+  REQUIRE(eventually([&] { return f.server.stats().pending_waits == connections / 2 * waits; }, 60s));
+  {
+    StoreClient writer("127.0.0.1", f.server.port(), client_options(Dialect::kModern));
+    writer.set("hot", "x");
+  }
+  for (int c = connections / 2; c < connections; ++c) {
+    REQUIRE(clients[static_cast<size_t>(c)]->read(static_cast<size_t>(waits), 30s) ==
+            std::string(static_cast<size_t>(waits), '\0'));  // one "stop waiting" per WAIT
+  }
+  REQUIRE(f.server.stats().pending_waits == 0);
+  REQUIRE(round_trip_within(f.server.port(), 5s));
+  clients.clear();
+  f.require_healthy(5);  // "hot" and "probe" added
+}
+
 }  // namespace ddprun::rdzv
