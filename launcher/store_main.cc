@@ -40,8 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", opts.port, "TCP port; 0 picks a free one")->check(CLI::Range(0, 65535));
   app.add_option("--dialect", dialect, "Protocol dialect: auto detects it per connection")
       ->check(CLI::IsMember({"auto", "legacy", "mid2023", "modern"}));
-  app.add_option("--max-connections", opts.max_connections, "Connections beyond this are closed at accept")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", opts.max_connections,
+                 "Connections beyond this are closed at accept (default: the descriptor limit minus 64)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "Longest key accepted")->check(CLI::PositiveNumber);
   app.add_option("--max-value-bytes", opts.limits.max_value_bytes, "Longest value accepted")
       ->check(CLI::PositiveNumber);

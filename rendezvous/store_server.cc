@@ -4,10 +4,12 @@
 
 #include <array>
 #include <boost/asio.hpp>
+#include <deque>
 #include <future>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/key_value_state.h"
@@ -49,10 +51,16 @@ class StoreServer::Impl {
   std::weak_ptr<Impl> self;  // set right after construction
   std::chrono::steady_clock::time_point last_refusal_log{};
   uint64_t refusals_since_log = 0;
+  std::chrono::steady_clock::time_point last_accept_error_log{};
+  uint64_t accept_errors_since_log = 0;
+  // Connections that have not sent a byte yet, oldest first (expired entries are skipped).
+  std::deque<std::weak_ptr<Connection>> silent;
 
   void bind();
   void accept();
+  void accept_failed(const boost::system::error_code& ec);
   void refuse(tcp::socket socket);
+  void reclaim_silent();
 };
 
 class StoreServer::Connection : public std::enable_shared_from_this<Connection> {
@@ -64,6 +72,9 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
         timer_(server_->io),
         session_(server_->state, server_->options.limits, server_->options.dialect,
                  [this] { on_async_output(); }) {}
+
+  std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
+  bool silent() const { return silent_; }
 
   void start() {
     socket_.set_option(tcp::no_delay(true));
@@ -114,6 +125,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
       close("");  // peer closed or reset: normal end of a client
       return;
     }
+    silent_ = false;
     std::span<const uint8_t> input(scratch.data(), n);
     if (!pending_.empty()) {
       pending_.insert(pending_.end(), input.begin(), input.end());
@@ -211,6 +223,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   bool timer_armed_ = false;
   bool closed_ = false;
   bool close_posted_ = false;
+  bool silent_ = true;  // no byte received yet
+  std::chrono::steady_clock::time_point accepted_at_ = std::chrono::steady_clock::now();
 };
 
 void StoreServer::Impl::bind() {
@@ -272,19 +286,47 @@ void StoreServer::Impl::refuse(tcp::socket socket) {
   socket.close(ignored);
 }
 
+// Out of file descriptors or similar: say so (once a second with a count), back off briefly, keep serving
+// the existing clients.
+void StoreServer::Impl::accept_failed(const boost::system::error_code& ec) {
+  ++accept_errors_since_log;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_error_log > std::chrono::seconds(1)) {
+    spdlog::error("store: accept failed {} time(s): {}; {} connections open; retrying every 100 ms",
+                  accept_errors_since_log, ec.message(), connections.size());
+    last_accept_error_log = now;
+    accept_errors_since_log = 0;
+  }
+  reclaim_silent();
+  retry_timer.expires_after(std::chrono::milliseconds(100));
+  retry_timer.async_wait([keep = self.lock(), this](const boost::system::error_code& tec) {
+    if (!tec && !stopped) accept();
+  });
+}
+
+// Near the connection limit, closes connections that never sent a byte for silent_timeout, oldest first.
+void StoreServer::Impl::reclaim_silent() {
+  if (connections.size() * 10 < options.max_connections * 9) return;
+  const auto cutoff = std::chrono::steady_clock::now() - options.silent_timeout;
+  while (!silent.empty() && connections.size() * 10 >= options.max_connections * 9) {
+    auto c = silent.front().lock();
+    if (c && c->silent() && c->accepted_at() > cutoff) return;  // the oldest silent one is still young
+    silent.pop_front();
+    if (c && c->silent()) {
+      c->close("silent for " + std::to_string(options.silent_timeout.count()) +
+               " ms while the store is near its connection limit");
+    }
+  }
+}
+
 void StoreServer::Impl::accept() {
   acceptor.async_accept([keep = self.lock(), this](const boost::system::error_code& ec, tcp::socket socket) {
     if (stopped) return;
     if (ec) {
-      if (ec == asio::error::operation_aborted) return;
-      // Out of file descriptors or similar: say so, back off briefly, keep serving existing clients.
-      spdlog::error("store: accept failed: {}; retrying in 100 ms", ec.message());
-      retry_timer.expires_after(std::chrono::milliseconds(100));
-      retry_timer.async_wait([keep, this](const boost::system::error_code& tec) {
-        if (!tec && !stopped) accept();
-      });
+      if (ec != asio::error::operation_aborted) accept_failed(ec);
       return;
     }
+    reclaim_silent();
     if (connections.size() >= options.max_connections) {
       refuse(std::move(socket));
     } else {
@@ -294,14 +336,40 @@ void StoreServer::Impl::accept() {
       ++counters.accepted;
       auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer));
       connections.insert(conn);
+      silent.push_back(conn);
+      if (silent.size() > 2 * connections.size() + 64) {  // drop the expired entries now and then
+        std::erase_if(silent, [](const auto& w) {
+          auto c = w.lock();
+          return !c || !c->silent();
+        });
+      }
       conn->start();
     }
     accept();
   });
 }
 
+namespace {
+
+// max_connections 0: the descriptor limit (soft raised to hard) minus a reserve for the rest of the process.
+size_t connection_limit(size_t configured) {
+  if (configured > 0) return configured;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  const rlim_t reserve = 64;
+  return lim.rlim_cur > 2 * reserve ? static_cast<size_t>(lim.rlim_cur - reserve) : static_cast<size_t>(lim.rlim_cur / 2);
+}
+
+}  // namespace
+
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
     : impl_(std::make_shared<Impl>(io, std::move(options))) {
+  impl_->options.max_connections = connection_limit(impl_->options.max_connections);
   impl_->self = impl_;
   impl_->bind();
   impl_->accept();

@@ -7,7 +7,9 @@
 // Protection: a client that sends garbage, an unknown command, a length over the limits, a request that
 // does not complete within `request_timeout`, or that stops reading while its replies (or its wait and
 // watch notifications) pile up past `max_output_bytes`, is dropped with one log line; every other client keeps being served and no stored
-// data is lost. Connections beyond `max_connections` are closed at accept.
+// data is lost. Connections beyond `max_connections` are closed at accept; near that limit, connections that
+// never sent a byte for `silent_timeout` are reclaimed oldest first. Accept errors (out of descriptors) and
+// refusals are logged at most once a second with a count.
 //
 // Threads: construct, stop() and stats() on the io_context's thread (or before it runs). Use
 // StoreServerThread for a server with a thread of its own.
@@ -33,9 +35,15 @@ struct StoreServerOptions {
   uint16_t port = 0;
   WireLimits limits;
   std::optional<Dialect> dialect;  // nullopt: detect per connection
-  size_t max_connections = 200000;
+  // 0: the process's file-descriptor limit (its soft limit, first raised to the hard one) minus 64 kept for
+  // the rest of the process; connections beyond are closed at accept.
+  size_t max_connections = 0;
   size_t max_output_bytes = 256 * 1024 * 1024;  // unread replies per connection
   std::chrono::milliseconds request_timeout{30000};
+  // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
+  // than 90% of max_connections (torch 1.13's callback connection legitimately stays silent: only a server
+  // short of descriptors reclaims silent ones).
+  std::chrono::milliseconds silent_timeout{30000};
   int backlog = 4096;
 };
 
@@ -43,7 +51,7 @@ struct StoreServerStats {
   size_t connections = 0;
   uint64_t accepted = 0;
   uint64_t refused = 0;  // closed at accept: over max_connections
-  uint64_t dropped = 0;  // closed for misbehaviour
+  uint64_t dropped = 0;  // closed for misbehaviour (silent ones reclaimed included)
   uint64_t requests = 0;
   int64_t keys = 0;
   size_t pending_waits = 0;

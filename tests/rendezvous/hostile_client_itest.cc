@@ -462,4 +462,27 @@ TEST_CASE("Hostile client: a hundred thousand WAITs on one key complete and vani
   f.require_healthy(5);  // "hot" and "probe" added
 }
 
+TEST_CASE("Hostile client: silent connections are reclaimed, oldest first, only near the connection limit",
+          "[store][hostile][integration]") {
+  StoreServerOptions options;
+  options.max_connections = 10;
+  options.silent_timeout = 200ms;
+  Fixture f(options);
+  std::vector<std::unique_ptr<RawSocket>> silent;
+  for (int i = 0; i < 5; ++i) silent.push_back(std::make_unique<RawSocket>(f.server.port()));
+  REQUIRE(eventually([&] { return f.server.stats().connections == 5; }));
+  std::this_thread::sleep_for(400ms);  // older than silent_timeout, but the server is far from its limit
+  REQUIRE(round_trip_within(f.server.port(), 5s));
+  REQUIRE(f.server.stats().dropped == 0);  // like torch 1.13's idle callback connections: kept
+  // Near the limit (9 of 10), the old silent ones make room, oldest first; the young ones stay.
+  for (int i = 0; i < 5; ++i) silent.push_back(std::make_unique<RawSocket>(f.server.port()));
+  REQUIRE(silent[0]->wait_closed(5s));
+  REQUIRE(eventually([&] { return f.server.stats().dropped >= 1 && f.server.stats().connections <= 9; }));
+  std::this_thread::sleep_for(400ms);
+  for (int i = 0; i < 4; ++i) REQUIRE(round_trip_within(f.server.port(), 5s));
+  REQUIRE(f.server.stats().refused == 0);
+  silent.clear();
+  f.require_healthy(4);  // "probe" added
+}
+
 }  // namespace ddprun::rdzv
