@@ -159,25 +159,52 @@ namespace {
 // an op never changed, only its byte did.
 class FieldParser {
  public:
-  FieldParser(WireReader& r, const WireLimits& limits, Request& out, ParseResult& result)
-      : r_(r), limits_(limits), out_(out), result_(result) {}
+  // `skip`: fields already parsed by an earlier call that ran out of bytes (their values are in `out`, the
+  // count of a multi-key op in `count`); those calls return at once.
+  FieldParser(WireReader& r, const WireLimits& limits, Request& out, ParseResult& result, size_t skip,
+              uint64_t& count)
+      : r_(r), limits_(limits), out_(out), result_(result), skip_(skip), saved_count_(count) {}
+
+  // Fields completed, the skipped ones included.
+  size_t done() const { return done_; }
 
   // Returns false when parsing stopped (need more, or error; result_ says which).
-  bool key() { return string(out_.keys.emplace_back(), limits_.max_key_bytes, "key"); }
-  bool value() { return string(out_.values.emplace_back(), limits_.max_value_bytes, "value"); }
+  bool key() { return skipped() || field(out_.keys, limits_.max_key_bytes, "key"); }
+  bool value() { return skipped() || field(out_.values, limits_.max_value_bytes, "value"); }
   // `is_signed`: the count is an i64 on the wire (MULTI_SET), shown signed in the error.
   bool count(uint64_t& n, bool is_signed = false) {
+    if (skipped()) {
+      n = saved_count_;
+      return true;
+    }
     if (!r_.u64(n)) return need_more();
+    saved_count_ = n;
     if (n > limits_.max_keys_per_request) {
       std::string shown = is_signed ? std::to_string(static_cast<int64_t>(n)) : std::to_string(n);
       return error("key count " + shown + " exceeds the limit of " +
                    std::to_string(limits_.max_keys_per_request));
     }
+    ++done_;
     return true;
   }
-  bool i64(int64_t& v) { return r_.i64(v) || need_more(); }
-  bool u32(uint32_t& v) { return r_.u32(v) || need_more(); }
+  bool i64(int64_t& v) { return skipped() || (r_.i64(v) ? ++done_ > 0 : need_more()); }
+  bool u32(uint32_t& v) { return skipped() || (r_.u32(v) ? ++done_ > 0 : need_more()); }
+
  private:
+  bool skipped() {
+    if (skip_ == 0) return false;
+    --skip_;
+    ++done_;
+    return true;
+  }
+  bool field(std::vector<std::string>& list, size_t max, const char* what) {
+    if (!string(list.emplace_back(), max, what)) {
+      list.pop_back();  // incomplete: parsed again from its start next time
+      return false;
+    }
+    ++done_;
+    return true;
+  }
   bool string(std::string& s, size_t max, const char* what) {
     uint64_t len = 0;
     if (!r_.peek_u64(len)) return need_more();
@@ -206,6 +233,9 @@ class FieldParser {
   const WireLimits& limits_;
   Request& out_;
   ParseResult& result_;
+  size_t skip_;
+  uint64_t& saved_count_;
+  size_t done_ = 0;
 };
 
 bool parse_fields(Op op, FieldParser& f, Request& out) {
@@ -259,6 +289,9 @@ ParseResult RequestParser::parse(std::span<const uint8_t> input, Request& out) {
     dialect_ = detect_dialect(input);
     if (!dialect_) return result;  // kNeedMore
   }
+  // A request that ran out of bytes last time resumes after its last whole field: a large request that
+  // arrives in small pieces costs one pass over its bytes, not one per piece.
+  if (input.size() < resume_.needed) return result;  // kNeedMore: nothing new to parse yet
   WireReader r(input);
   uint8_t byte = 0;
   if (!r.u8(byte)) return result;
@@ -271,11 +304,26 @@ ParseResult RequestParser::parse(std::span<const uint8_t> input, Request& out) {
                    std::string(dialect_name(*dialect_)) + " dialect";
     return result;
   }
-  out = Request{};
-  out.op = *op;
+  if (resume_.fields > 0) {
+    out = std::move(resume_.partial);
+    r.skip(resume_.position - 1);
+  } else {
+    out = Request{};
+    out.op = *op;
+  }
   result.status = ParseStatus::kDone;
-  FieldParser fields(r, limits_, out, result);
-  if (!parse_fields(*op, fields, out)) return result;
+  FieldParser fields(r, limits_, out, result, resume_.fields, resume_.count);
+  const bool done = parse_fields(*op, fields, out);
+  if (!done && result.status == ParseStatus::kNeedMore) {
+    // Keep what is parsed; try again once more bytes came.
+    resume_.fields = fields.done();
+    resume_.position = r.position();
+    resume_.needed = input.size() + 1;
+    resume_.partial = std::move(out);
+    return result;
+  }
+  resume_ = Resume{};
+  if (!done) return result;  // kError
   if (*op == Op::kValidate && out.number != kValidationMagic) {
     result.status = ParseStatus::kError;
     result.error = "VALIDATE with a wrong magic number";

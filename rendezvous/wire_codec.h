@@ -10,6 +10,7 @@
 // client speaks: RequestParser detects it from the first bytes of the connection (detect_dialect).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -112,15 +113,27 @@ class RequestParser {
   explicit RequestParser(WireLimits limits, std::optional<Dialect> forced = std::nullopt);
 
   // Parses one request from the front of `input` into `out`. kNeedMore consumes nothing: call again with
-  // the same bytes plus more. kError means the connection must be dropped: the stream cannot be re-synced.
+  // the same bytes plus more (the parser keeps the fields it already read and resumes after them, so a
+  // request that arrives in many pieces is read once). kError means the connection must be dropped: the
+  // stream cannot be re-synced.
   ParseResult parse(std::span<const uint8_t> input, Request& out);
 
   std::optional<Dialect> dialect() const { return dialect_; }
   const WireLimits& limits() const { return limits_; }
 
  private:
+  // A request cut short by the end of the input: its whole fields so far.
+  struct Resume {
+    size_t fields = 0;    // fields parsed (0: start afresh)
+    size_t position = 0;  // where the next field starts, from the request's first byte
+    size_t needed = 0;    // input shorter than this cannot get further
+    uint64_t count = 0;   // a multi-key op's key count, once read
+    Request partial;
+  };
+
   WireLimits limits_;
   std::optional<Dialect> dialect_;
+  Resume resume_;
 };
 
 // Appends fields in wire format. Used for replies (server) and requests (client).
@@ -151,6 +164,7 @@ class WireReader {
   bool u64(uint64_t& v);
   bool i64(int64_t& v);
   bool peek_u64(uint64_t& v) const;
+  void skip(size_t n) { pos_ += std::min(n, remaining()); }
   enum class BytesStatus { kOk, kShort, kTooLong };
   BytesStatus bytes(std::string& v, size_t max_len);
   size_t position() const { return pos_; }

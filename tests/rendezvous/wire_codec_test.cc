@@ -326,6 +326,46 @@ TEST_CASE("two requests back to back parse one at a time", "[wire_codec]") {
   CHECK(r3.consumed == 0);
 }
 
+TEST_CASE("a large MULTI_SET fed in 64-byte pieces resumes after its whole fields and ends as one request",
+          "[wire_codec]") {
+  Request big{.op = Op::kMultiSet};
+  for (int i = 0; i < 2000; ++i) {
+    big.keys.push_back("key" + std::to_string(i));
+    big.values.push_back(std::string(static_cast<size_t>(i % 97), 'v'));
+  }
+  std::string bytes;
+  REQUIRE(encode_request(Dialect::kModern, big, bytes));
+  SECTION("well formed") {
+    RequestParser parser(WireLimits{}, Dialect::kModern);
+    Request out;
+    for (size_t have = 64; have < bytes.size(); have += 64) {
+      REQUIRE(parser.parse(span_of(bytes).first(have), out).status == ParseStatus::kNeedMore);
+    }
+    ParseResult r = parser.parse(span_of(bytes), out);
+    REQUIRE(r.status == ParseStatus::kDone);
+    CHECK(r.consumed == bytes.size());
+    CHECK(out == big);
+    // The parser starts afresh for the next request.
+    std::string get;
+    REQUIRE(encode_request(Dialect::kModern, sample(Op::kGet), get));
+    REQUIRE(parser.parse(span_of(get), out).status == ParseStatus::kDone);
+    CHECK(out == sample(Op::kGet));
+  }
+  SECTION("a field over the limit far into the request is still refused") {
+    WireLimits limits;
+    limits.max_value_bytes = 90;  // value 91 (91 bytes) is the first one over
+    RequestParser parser(limits, Dialect::kModern);
+    Request out;
+    ParseResult r;
+    for (size_t have = 64; have <= bytes.size(); have += 64) {
+      r = parser.parse(span_of(bytes).first(have), out);
+      if (r.status != ParseStatus::kNeedMore) break;
+    }
+    CHECK(r.status == ParseStatus::kError);
+    CHECK(r.error == "value length 91 exceeds the limit of 90 bytes");
+  }
+}
+
 TEST_CASE("dialect detection from the first bytes", "[wire_codec]") {
   auto detect = [](std::string_view hex) { return detect_dialect(span_of(from_hex(hex))); };
   SECTION("modern: VALIDATE followed by the magic") {
