@@ -55,12 +55,18 @@ class StoreServer::Impl {
   uint64_t accept_errors_since_log = 0;
   // Connections that have not sent a byte yet, oldest first (expired entries are skipped).
   std::deque<std::weak_ptr<Connection>> silent;
+  // Bytes held for clients (unfinished requests, queued replies and notifications), all connections.
+  size_t buffered = 0;
+  size_t peak_buffered = 0;
+  const Connection* handling = nullptr;  // the connection whose requests are being handled right now
 
   void bind();
   void accept();
   void accept_failed(const boost::system::error_code& ec);
   void refuse(tcp::socket socket);
   void reclaim_silent();
+  // Over memory_budget: drops the connections holding the most until under it again.
+  void enforce_budget();
 };
 
 class StoreServer::Connection : public std::enable_shared_from_this<Connection> {
@@ -74,7 +80,33 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
                  [this] { on_async_output(); }) {}
 
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
+  size_t held() const { return accounted_; }
+
+  // Updates the server's total of buffered bytes with this connection's current holding; drops connections
+  // when the total is over the budget.
+  void account() {
+    recount();
+    if (server_->buffered > server_->options.memory_budget) server_->enforce_budget();
+  }
+  void recount() {
+    const size_t now = closed_ ? 0 : pending_.size() + session_.output().size() + writing_.size();
+    server_->buffered = server_->buffered - accounted_ + now;
+    accounted_ = now;
+    server_->peak_buffered = std::max(server_->peak_buffered, server_->buffered);
+  }
+
+  // Closes the connection from inside the store's notification loop: its output is discarded at once (it
+  // must not keep growing), the close itself is posted.
+  void close_soon(std::string reason) {
+    if (closed_ || close_posted_) return;
+    close_posted_ = true;
+    session_.output().clear();
+    session_.output().shrink_to_fit();
+    recount();
+    asio::post(server_->io, [self = shared_from_this(), reason = std::move(reason)] { self->close(reason); });
+  }
   bool silent() const { return silent_; }
+  bool closing() const { return closed_ || close_posted_; }
 
   void start() {
     socket_.set_option(tcp::no_delay(true));
@@ -94,6 +126,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    recount();  // closed: holds nothing any more
     server_->connections.erase(shared_from_this());
   }
 
@@ -132,7 +165,9 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
       input = pending_;
     }
     size_t max_output = server_->options.max_output_bytes;
+    server_->handling = this;
     auto result = session_.consume(input, max_output - std::min(max_output, writing_.size()));
+    server_->handling = nullptr;
     server_->counters.requests += result.requests;
     if (!result.error.empty()) {
       flush();
@@ -147,6 +182,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
       close("not reading its replies (" + std::to_string(session_.output().size()) + " bytes queued)");
       return;
     }
+    account();
+    if (closed_) return;
     if (!write_in_flight_ || session_.output().size() < kPauseReadingAt) wait_readable();
   }
 
@@ -184,14 +221,17 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   // reads would otherwise hold every later write of its key in memory). The close is posted: this runs
   // inside the state's notification loop, which must not see the connection vanish under it.
   void on_async_output() {
+    if (close_posted_) {
+      session_.output().clear();  // being dropped: nothing more is kept for it
+      return;
+    }
     flush();
-    if (closed_ || close_posted_) return;
+    if (closed_) return;
     const size_t queued = session_.output().size() + writing_.size();
-    if (queued <= server_->options.max_output_bytes) return;
-    close_posted_ = true;
-    asio::post(server_->io, [self = shared_from_this(), queued] {
-      self->close("not reading its notifications (" + std::to_string(queued) + " bytes queued)");
-    });
+    if (queued > server_->options.max_output_bytes) {
+      close_soon("not reading its notifications (" + std::to_string(queued) + " bytes queued)");
+    }
+    account();
   }
 
   void flush() {
@@ -202,6 +242,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                         self->write_in_flight_ = false;
                         self->writing_.clear();
+                        self->writing_.shrink_to_fit();
+                        self->account();
                         if (ec) {
                           if (ec != asio::error::operation_aborted) self->close("");
                           return;
@@ -224,6 +266,7 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   bool closed_ = false;
   bool close_posted_ = false;
   bool silent_ = true;  // no byte received yet
+  size_t accounted_ = 0;  // this connection's part of server_->buffered
   std::chrono::steady_clock::time_point accepted_at_ = std::chrono::steady_clock::now();
 };
 
@@ -302,6 +345,22 @@ void StoreServer::Impl::accept_failed(const boost::system::error_code& ec) {
   retry_timer.async_wait([keep = self.lock(), this](const boost::system::error_code& tec) {
     if (!tec && !stopped) accept();
   });
+}
+
+void StoreServer::Impl::enforce_budget() {
+  while (buffered > options.memory_budget) {
+    std::shared_ptr<Connection> largest;
+    for (const auto& c : connections) {
+      // The connection whose request is being handled is spared: its input is released right after.
+      if (c.get() == handling || c->closing()) continue;
+      if (!largest || c->held() > largest->held()) largest = c;
+    }
+    if (!largest || largest->held() == 0) return;
+    const size_t share = options.memory_budget / std::max<size_t>(1, connections.size());
+    spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered, options.memory_budget);
+    largest->close_soon("holds " + std::to_string(largest->held()) + " bytes of the store's memory (its share is " +
+                        std::to_string(share) + ")");  // its queued output is released at once
+  }
 }
 
 // Near the connection limit, closes connections that never sent a byte for silent_timeout, oldest first.
@@ -406,6 +465,8 @@ StoreServerStats StoreServer::stats() const {
   s.keys = impl_->state.num_keys();
   s.pending_waits = impl_->state.pending_waits();
   s.stored_bytes = impl_->state.stored_bytes();
+  s.buffered_bytes = impl_->buffered;
+  s.peak_buffered_bytes = impl_->peak_buffered;
   return s;
 }
 

@@ -39,6 +39,10 @@ struct StoreServerOptions {
   // the rest of the process; connections beyond are closed at accept.
   size_t max_connections = 0;
   size_t max_output_bytes = 256 * 1024 * 1024;  // unread replies per connection
+  // All connections together: bytes of unfinished requests and of queued replies and notifications. Over it,
+  // the connections holding the most are dropped (one log line each) until it is met again; stored keys do
+  // not count and are never dropped.
+  size_t memory_budget = size_t{1} << 30;
   std::chrono::milliseconds request_timeout{30000};
   // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
   // than 90% of max_connections (torch 1.13's callback connection legitimately stays silent: only a server
@@ -56,6 +60,8 @@ struct StoreServerStats {
   int64_t keys = 0;
   size_t pending_waits = 0;
   size_t stored_bytes = 0;
+  size_t buffered_bytes = 0;       // held for clients now (see memory_budget)
+  size_t peak_buffered_bytes = 0;  // the most ever held at once
 };
 
 class StoreServer {

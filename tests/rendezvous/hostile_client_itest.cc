@@ -485,4 +485,60 @@ TEST_CASE("Hostile client: silent connections are reclaimed, oldest first, only 
   f.require_healthy(4);  // "probe" added
 }
 
+TEST_CASE("Hostile client: watchers that never read cannot take the store past its memory budget",
+          "[store][hostile][integration]") {
+  // 40 watchers of one key, none reading; 5 SETs of 2 MiB would queue 40 x 5 x 4 MiB (old and new value) =
+  // 800 MiB of notifications. Each watcher stays under its own output limit; the budget for all is 64 MiB.
+  StoreServerOptions options;
+  options.memory_budget = 64 << 20;
+  Fixture f(options);
+  const int watchers = 40;
+  std::vector<std::unique_ptr<RawSocket>> held;
+  for (int i = 0; i < watchers; ++i) {
+    held.push_back(std::make_unique<RawSocket>(f.server.port(), 4096));
+    REQUIRE(held.back()->send(encoded(Dialect::kLegacy, Request{.op = Op::kWatchKey, .keys = {"/w"}})));
+    REQUIRE(held.back()->read(1) == std::string(1, static_cast<char>(WatchEvent::kCallbackRegistered)));
+  }
+  StoreClient setter("127.0.0.1", f.server.port(), client_options(Dialect::kLegacy));
+  const std::string value(2 << 20, 'v');
+  for (int i = 0; i < 5; ++i) {
+    setter.set("w", value);
+    REQUIRE(round_trip_within(f.server.port(), 5s));
+  }
+  const auto stats = f.server.stats();
+  CAPTURE(stats.peak_buffered_bytes, stats.dropped);
+  // At most the budget plus the notifications of the one SET that crossed it (40 x 4 MiB).
+  CHECK(stats.peak_buffered_bytes <= options.memory_budget + watchers * (4u << 20));
+  CHECK(stats.dropped > 0);
+  REQUIRE(eventually([&] { return f.server.stats().buffered_bytes <= options.memory_budget; }));
+  REQUIRE(setter.get("w") == value);  // stored data is never dropped
+  REQUIRE(setter.delete_key("w"));
+  held.clear();
+  f.require_healthy(4);
+}
+
+TEST_CASE("Hostile client: unfinished requests count against the memory budget",
+          "[store][hostile][integration]") {
+  // 16 clients each send 15 of the 16 MiB of a SET they declared, then stall: 240 MiB held without a budget.
+  StoreServerOptions options;
+  options.memory_budget = 64 << 20;
+  options.request_timeout = 60s;  // the budget must act, not the timeout
+  Fixture f(options);
+  std::vector<std::unique_ptr<RawSocket>> stalled;
+  const std::string chunk(1 << 20, 'x');
+  for (int c = 0; c < 16; ++c) {
+    stalled.push_back(std::make_unique<RawSocket>(f.server.port()));
+    std::string head = std::string(1, '\0') + u64_bytes(1) + "k" + u64_bytes(16 << 20);  // legacy SET
+    if (!stalled.back()->send(head)) continue;
+    for (int mb = 0; mb < 15; ++mb) {
+      if (!stalled.back()->send(chunk)) break;  // dropped meanwhile
+    }
+  }
+  REQUIRE(eventually([&] { return f.server.stats().dropped > 0; }));
+  REQUIRE(eventually([&] { return f.server.stats().buffered_bytes <= options.memory_budget; }));
+  REQUIRE(round_trip_within(f.server.port(), 5s));
+  stalled.clear();
+  f.require_healthy(4);
+}
+
 }  // namespace ddprun::rdzv
