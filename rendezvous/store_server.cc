@@ -348,6 +348,7 @@ void StoreServer::Impl::accept_failed(const boost::system::error_code& ec) {
 }
 
 void StoreServer::Impl::enforce_budget() {
+  const size_t share = options.memory_budget / std::max<size_t>(1, connections.size());
   while (buffered > options.memory_budget) {
     std::shared_ptr<Connection> largest;
     for (const auto& c : connections) {
@@ -355,8 +356,8 @@ void StoreServer::Impl::enforce_budget() {
       if (c.get() == handling || c->closing()) continue;
       if (!largest || c->held() > largest->held()) largest = c;
     }
-    if (!largest || largest->held() == 0) return;
-    const size_t share = options.memory_budget / std::max<size_t>(1, connections.size());
+    // Only a connection over its share is dropped; what is left over is held by connections being closed.
+    if (!largest || largest->held() <= share) return;
     spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered, options.memory_budget);
     largest->close_soon("holds " + std::to_string(largest->held()) + " bytes of the store's memory (its share is " +
                         std::to_string(share) + ")");  // its queued output is released at once

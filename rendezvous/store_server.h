@@ -40,8 +40,8 @@ struct StoreServerOptions {
   size_t max_connections = 0;
   size_t max_output_bytes = 256 * 1024 * 1024;  // unread replies per connection
   // All connections together: bytes of unfinished requests and of queued replies and notifications. Over it,
-  // the connections holding the most are dropped (one log line each) until it is met again; stored keys do
-  // not count and are never dropped.
+  // the connections holding the most, each over its share (the budget divided by the connections), are
+  // dropped (one log line each) until it is met again; stored keys do not count and are never dropped.
   size_t memory_budget = size_t{1} << 30;
   std::chrono::milliseconds request_timeout{30000};
   // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
