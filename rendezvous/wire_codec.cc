@@ -167,6 +167,13 @@ class FieldParser {
 
   // Fields completed, the skipped ones included.
   size_t done() const { return done_; }
+  // Skips the whole items (of `per_item` fields each) parsed earlier, at once; returns how many.
+  uint64_t skip_items(size_t per_item) {
+    const size_t items = skip_ / per_item;
+    skip_ -= items * per_item;
+    done_ += items * per_item;
+    return items;
+  }
 
   // Returns false when parsing stopped (need more, or error; result_ says which).
   bool key() { return skipped() || field(out_.keys, limits_.max_key_bytes, "key"); }
@@ -262,14 +269,14 @@ bool parse_fields(Op op, FieldParser& f, Request& out) {
     case Op::kWait:
     case Op::kMultiGet:
       if (!f.count(n)) return false;
-      for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t i = f.skip_items(1); i < n; ++i) {
         if (!f.key()) return false;
       }
       return true;
     case Op::kMultiSet:
       // MULTI_SET's count is an i64 on the wire; a negative one reads as a huge u64 and is refused.
       if (!f.count(n, /*is_signed=*/true)) return false;
-      for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t i = f.skip_items(2); i < n; ++i) {
         if (!f.key() || !f.value()) return false;
       }
       return true;
