@@ -119,15 +119,23 @@ void OutputPump::emit_lines(bool at_eof) {
   auto add = [&](size_t len, bool add_newline) {
     const size_t piece = prefix_.size() + len + (add_newline ? 1 : 0);
     if (!batch.empty() && batch.size() + piece > PIPE_BUF) flush(batch);
-    batch += prefix_;
+    // The '\n' of a "\r\n" split across reads ends the line the '\r' already showed: no second prefix.
+    const bool newline_after_cr = after_cr_ && len == 1 && pending_[pos] == '\n';
+    if (!newline_after_cr) batch += prefix_;
     batch.append(pending_, pos, len);
     if (add_newline) batch += '\n';
+    after_cr_ = !add_newline && pending_[pos + len - 1] == '\r';
     pos += len;
   };
   while (pos < pending_.size()) {
-    const size_t nl = pending_.find('\n', pos);
-    if (nl != std::string::npos && nl - pos <= kMaxLine) {
-      add(nl + 1 - pos, false);
+    // A line ends at '\n', or at a '\r' not followed by '\n': a progress bar redrawing itself (tqdm) is
+    // shown as it goes, each redraw with the prefix.
+    size_t end = pending_.find_first_of("\r\n", pos);
+    if (end != std::string::npos && pending_[end] == '\r' && end + 1 < pending_.size() && pending_[end + 1] == '\n') {
+      ++end;
+    }
+    if (end != std::string::npos && end - pos <= kMaxLine) {
+      add(end + 1 - pos, false);
     } else if (pending_.size() - pos > kMaxLine) {
       add(kMaxLine, true);
     } else if (at_eof) {

@@ -2,7 +2,8 @@
 // io_context, and passes it on: every byte, unchanged, to a log file (tee), and whole lines, each with a
 // prefix, to a console fd. process_context.h says when a stream goes through a pump.
 //
-// Console lines are atomic: a write() never carries part of a line; consecutive whole lines are batched
+// A line ends at '\n' or at a '\r' (a progress bar that redraws itself, as tqdm does: shown live, each redraw
+// with the prefix; "\r\n" is one line end). Console lines are atomic: a write() never carries part of a line; consecutive whole lines are batched
 // into one write() of at most PIPE_BUF bytes (a longer line gets a write() of its own), so lines stay whole
 // even against other processes writing to the same console pipe. A line longer than 64 KiB is cut every
 // 64 KiB (each piece ends in '\n' and gets the prefix); a last line without '\n' is emitted, with '\n'
@@ -61,6 +62,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   const std::string prefix_;
   UniqueFd file_;        // -1: none
   std::string pending_;  // the start of a line not yet complete
+  bool after_cr_ = false;  // the last console line ended with '\r'
   bool finished_ = false;
 };
 

@@ -490,6 +490,40 @@ TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is 
   CHECK(read_file(dir / "console") == expected);
 }
 
+TEST_CASE("a progress bar redrawn with carriage returns reaches the console as it goes, each redraw prefixed",
+          "[process_context]") {
+  TempDir dir;
+  asio::io_context io;
+  Exits exits;
+  ProcessContext ctx(io, exits.fn());
+  const fs::path marker = dir / "go";
+  std::string live;
+  bool finished;
+  {
+    CaptureFd capture(STDOUT_FILENO, dir / "console");
+    WorkerLaunch w;
+    // Two redraws, then it waits (still running) until the test saw them; then it ends the bar's line with
+    // a '\n' of its own, and one more line ending in "\r\n".
+    w.argv = {"/bin/sh", "-c",
+              "printf '10%%\\r'; sleep 0.2; printf '20%%\\r'; while [ ! -e '" + marker.string() +
+                  "' ]; do sleep 0.05; done; printf '\\n'; printf 'done\\r\\n'"};
+    w.env = {{"PATH", "/usr/bin:/bin"}};
+    w.prefix = "[p0]:";
+    w.whole_lines = true;
+    ctx.spawn(w);
+    const bool seen = run_until(io, [&] {
+      live = read_file(dir / "console");
+      return live.find("20%\r") != std::string::npos;
+    });
+    std::ofstream(marker).put('x');
+    CHECK(seen);
+    finished = run_until(io, [&] { return exits.status.size() == 1; });
+  }
+  REQUIRE(finished);
+  CHECK(live == "[p0]:10%\r[p0]:20%\r");  // while the worker still ran
+  CHECK(read_file(dir / "console") == "[p0]:10%\r[p0]:20%\r\n[p0]:done\r\n");
+}
+
 TEST_CASE("stdout/stderr wiring: file itself, inherited fd, pipe, /dev/null", "[process_context]") {
   TempDir dir;
   Fifo ready(dir / "ready");

@@ -3,7 +3,8 @@
 //
 // Input: one configuration byte, then records.
 //   config bits 0-1: dialect of session 0 (0 legacy, 1 mid2023, 2 modern, 3 detect); bits 2-3: session 1;
-//          bit 4: tiny limits; bit 5: small output budget (the server's max_output_bytes).
+//          bit 4: tiny limits (4 pending WAITs and 4 watched keys per connection among them); bit 5: small
+//          output budget (the server's max_output_bytes).
 //   record: one header byte h, then its data.
 //     h < 0xF0: a chunk of (h >> 1) bytes (fewer at the end of the input) for session (h & 1);
 //     0xF0/0xF1: session 0/1 disconnects (destroyed, a fresh one takes its place);
@@ -61,6 +62,8 @@ class Harness {
       limits_.max_value_bytes = 64;
       limits_.max_keys_per_request = 4;
       limits_.max_request_bytes = 200;
+      limits_.max_pending_waits = 4;  // the per-connection caps are reached within a few requests
+      limits_.max_watched_keys = 4;
     }
     max_output_ = (config & 0x20) ? 256 : 1 << 20;
     for (int i = 0; i < 2; ++i) {
