@@ -103,6 +103,7 @@ class ElasticAgent::Loop {
   bool temp_log_dir_ = false;
   SupervisionPolicy policy_;
   std::optional<RoundEnd> round_end_;  // set by the kFinish action of the current round
+  StragglerTracker stragglers_;         // loop thread only
 };
 
 bool ElasticAgent::Loop::open_log_dir() {
@@ -269,7 +270,8 @@ void ElasticAgent::Loop::dispatch(WorkerGroup& group, GroupEvent event) {
 
 void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque<GroupEvent>& results) {
   using K = GroupEvent::Kind;
-  // Store and rendezvous failures (runtime errors) become events; a logic error is a bug and propagates.
+  // Rendezvous failures (RendezvousError: the handler translates the store's) become events; anything else
+  // is a bug and propagates to run()'s catch-all.
   switch (a.kind) {
     case Action::Kind::kLog:
       spdlog::log(a.level == Action::Level::kError  ? spdlog::level::err
@@ -287,7 +289,7 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
       GroupEvent probed{.kind = K::kLivenessProbed};
       try {
         probed.dead_nodes = rdzv_->unresponsive_nodes();
-      } catch (const std::runtime_error& e) {
+      } catch (const rdzv::RendezvousError& e) {
         spdlog::warn("cannot tell which nodes are alive: {}", e.what());
       }
       results.push_back(std::move(probed));
@@ -296,14 +298,14 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
     case Action::Kind::kPublishStop:
       try {
         results.push_back(GroupEvent{.kind = K::kStopPublished, .stop = rdzv_->stop_round(a.stop)});
-      } catch (const std::runtime_error& e) {
+      } catch (const rdzv::RendezvousError& e) {
         results.push_back(GroupEvent{.kind = K::kPublishFailed, .stop = a.stop, .error = e.what()});
       }
       break;
     case Action::Kind::kMarkNodeDone:
       try {
         rdzv_->node_done();
-      } catch (const std::runtime_error& e) {
+      } catch (const rdzv::RendezvousError& e) {
         results.push_back(GroupEvent{.kind = K::kNodeDoneFailed, .error = e.what()});
       }
       break;
@@ -313,7 +315,7 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
     case Action::Kind::kNoteLocalFailure:
       try {
         rdzv_->note_local_failure();
-      } catch (const std::runtime_error& e) {
+      } catch (const rdzv::RendezvousError& e) {
         spdlog::warn("cannot record this node's failure in the store: {}", e.what());
       }
       break;
@@ -362,8 +364,10 @@ void ElasticAgent::Loop::sample_progress(const WorkerGroup& group, ProgressTrack
   const auto cpu = process_group_cpu_seconds(pgids);
   const uint64_t timer_requests = timer_server_ ? timer_server_->requests() : 0;
   std::map<int, ProgressSample> samples;
+  std::map<int, double> step_seconds;
   for (const Worker& w : group.workers) {
     if (w.state != WorkerState::kHealthy || w.pid <= 0) continue;
+    if (auto beat = read_heartbeat(w.paths.progress_file)) step_seconds[w.rank] = beat->second;
     auto c = cpu.find(w.pid);
     samples[w.local_rank] = ProgressSample{
         .cpu_seconds = c == cpu.end() ? 0.0 : c->second,
@@ -371,6 +375,10 @@ void ElasticAgent::Loop::sample_progress(const WorkerGroup& group, ProgressTrack
         .heartbeats = modification_ns(w.paths.progress_file) + timer_requests};
   }
   tracker.observe(Clock::now(), samples);
+  for (const auto& [rank, median] : stragglers_.observe(step_seconds)) {
+    spdlog::warn("rank {} is a straggler: its steps take {:.3f} s, {:.1f}x the local ranks' median of {:.3f} s",
+                 rank, step_seconds[rank], step_seconds[rank] / median, median);
+  }
 }
 
 ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
@@ -429,7 +437,7 @@ int ElasticAgent::Loop::run() {
       in_rendezvous_ = true;
       info = rdzv_->next_rendezvous(nproc);
       in_rendezvous_ = false;
-    } catch (const std::runtime_error& e) {
+    } catch (const rdzv::RendezvousError& e) {
       in_rendezvous_ = false;
       spdlog::error("rendezvous failed: {}", e.what());
       return kExitRendezvousFailed;
@@ -458,7 +466,7 @@ int ElasticAgent::Loop::run() {
   try {
     if (end.close_rendezvous) rdzv_->set_closed();
     rdzv_->shutdown();
-  } catch (const std::runtime_error& e) {
+  } catch (const rdzv::RendezvousError& e) {
     spdlog::debug("rendezvous shutdown: {}", e.what());
   }
   if (temp_log_dir_ && end.exit_code == kExitSuccess) {

@@ -38,6 +38,34 @@ void ProgressTracker::observe(Clock::time_point now, const std::map<int, Progres
   last_sample_ = now;
 }
 
+std::vector<std::pair<int, double>> StragglerTracker::observe(const std::map<int, double>& step_seconds) {
+  std::vector<double> times;
+  for (const auto& [rank, t] : step_seconds) {
+    if (t > 0) times.push_back(t);
+  }
+  std::vector<std::pair<int, double>> out;
+  if (times.size() < 2) return out;
+  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+  const double median = times[times.size() / 2];
+  for (const auto& [rank, t] : step_seconds) {
+    int& slow = slow_samples_[rank];
+    if (t > 0 && t >= factor_ * median) {
+      if (++slow == window_) out.emplace_back(rank, median);
+    } else {
+      slow = 0;
+    }
+  }
+  return out;
+}
+
+std::optional<std::pair<uint64_t, double>> read_heartbeat(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  unsigned long long steps = 0;
+  double seconds = 0;
+  if (!(in >> steps >> seconds)) return std::nullopt;
+  return std::make_pair(static_cast<uint64_t>(steps), seconds);
+}
+
 std::chrono::milliseconds progress_interval(std::chrono::milliseconds hang_timeout) {
   return std::clamp(hang_timeout / 10, std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
 }

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace ddprun::agent {
@@ -52,6 +53,24 @@ class ProgressTracker {
   std::optional<Clock::time_point> last_sample_;
   std::map<int, ProgressSample> previous_;
 };
+
+// Straggler report: ranks whose last step time (from the worker SDK's heartbeat file) stays at least `factor`
+// times the median of the local ranks' for `window` consecutive samples. Pure; not thread-safe.
+class StragglerTracker {
+ public:
+  explicit StragglerTracker(double factor = 1.5, int window = 5) : factor_(factor), window_(window) {}
+  // Step seconds per rank (ranks without a step time absent). Returns the ranks that just became stragglers
+  // (each reported once, until it keeps up again), with the median they were compared to.
+  std::vector<std::pair<int, double>> observe(const std::map<int, double>& step_seconds);
+
+ private:
+  double factor_;
+  int window_;
+  std::map<int, int> slow_samples_;  // rank -> consecutive slow samples
+};
+
+// The heartbeat file of the worker SDK: "<steps> <last step seconds>"; nullopt when absent or unreadable.
+std::optional<std::pair<uint64_t, double>> read_heartbeat(const std::filesystem::path& file);
 
 // The sampling interval for a hang timeout: a tenth of it, between 0.2 s and 5 s.
 std::chrono::milliseconds progress_interval(std::chrono::milliseconds hang_timeout);

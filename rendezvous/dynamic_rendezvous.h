@@ -1,7 +1,8 @@
 // DynamicRendezvous: torchrun's c10d backend on ddprun's store — elastic node counts (--nnodes MIN:MAX),
 // node loss and node arrival, with rounds that cost O(N) messages in total.
 //
-// Protocol (docs/rendezvous.md has the sequence diagram). Keys under "/ddprun/<run_id>/":
+// Protocol (docs/rendezvous.md has the sequence diagram). Keys, stored as "/ddprun/<run_id>/..." (see
+// round_keys.h):
 //   round                 the newest round that completed (decimal)
 //   r<r>/joined           ADD counter: a joining node's arrival index is the value it gets back, minus one
 //   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world size>"
@@ -17,29 +18,30 @@
 // closes it itself if the closer vanished. Only the closer reads the descriptors (one MULTI_GET) and assigns
 // node ranks deterministically (nodes of the previous round keep their order, newcomers follow, sorted by
 // identity); each node then WAITs for its own assignment. A node arriving after the close: if the round has
-// room it ends the round (kMembership) so that everyone re-joins a bigger one; else it waits for the round to
-// end (RendezvousClosedError when it ends as kDone or the store goes away: the job finished, so this agent
-// reused a running job's run id). A store lost while waiting for a round to complete is a
-// RendezvousTimeoutError naming the endpoint: its host gave up, usually at its own join timeout. Liveness:
-// each running node bumps its heartbeat and watches the next node's (ring order) with its own monotonic clock
-// — no wall clocks are compared across hosts; a neighbour silent for keep_alive_interval ×
-// keep_alive_max_attempt is declared dead (kMembership), and the survivors re-join.
+// room it ends the round (kMembership) so that everyone re-joins a bigger one; else it waits as a spare for
+// the round to end. Liveness: each running node bumps its heartbeat and watches the next node's (ring order)
+// with its own monotonic clock — no wall clocks are compared across hosts; a neighbour silent for
+// keep_alive_interval x keep_alive_max_attempt is declared dead (kMembership), and the survivors re-join.
 //
-// Threads: the agent loop calls next_rendezvous/stop_round/node_done; its watcher thread calls
-// wait_round_stopped, which also sends the heartbeats. Each uses its own connection.
+// Errors (beyond RendezvousHandler's contract): next_rendezvous throws RendezvousTimeoutError when the store
+// went away while this node waited for a round to complete (its host gave up, usually at its own join
+// timeout), and RendezvousConflictError when the round this node waited for as a spare ended for good (done,
+// or the store went away): this agent reused the run id and endpoint of another, running job.
+// Stall tolerance: the watcher (wait_round_stopped, which also sends the heartbeats) rides out a store that
+// does not answer, or cannot be reached, for up to read_timeout — the limit of one store request — and then
+// reports RendezvousStoreError. A stall stops every node's heartbeats alike, so once the store answers again
+// each node times its neighbour afresh: a stall is never taken for a node loss.
+//
+// Threads: the agent loop calls next_rendezvous/stop_round/node_done/...; its watcher thread calls
+// wait_round_stopped. Each uses its own connection (RendezvousBase).
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "rendezvous/rendezvous_handler.h"
-#include "rendezvous/round_keys.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_base.h"
 
 namespace ddprun::rdzv {
 
@@ -58,7 +60,7 @@ struct DynamicRendezvousOptions {
   std::chrono::milliseconds close_timeout{30000};
   std::chrono::milliseconds keep_alive_interval{5000};
   int keep_alive_max_attempt = 3;
-  std::chrono::milliseconds read_timeout{60000};
+  std::chrono::milliseconds read_timeout{60000};  // one store request; the watcher's stall tolerance
   std::chrono::milliseconds progress_interval{5000};
   std::chrono::milliseconds cooldown_base{10000};  // a host that failed twice sits out this long, doubling
   std::chrono::milliseconds cooldown_max{300000};
@@ -71,51 +73,47 @@ std::vector<int> order_nodes(const std::vector<std::string>& identities, const s
 // True when `host` names or resolves to an address of this machine (loopback included).
 bool is_local_host(const std::string& host);
 
-class DynamicRendezvous final : public RendezvousHandler {
+class DynamicRendezvous final : public RendezvousBase {
  public:
-  // Starts the store when this node hosts it, then connects (TimeoutError naming the endpoint when it
-  // cannot be reached within join_timeout).
+  // Starts the store when this node hosts it (BindError only with is_host=1: otherwise a taken port means
+  // another agent on this machine hosts it, and this one joins it), then connects (RendezvousStoreError naming
+  // the endpoint when it cannot be reached within join_timeout).
   explicit DynamicRendezvous(DynamicRendezvousOptions options);
   ~DynamicRendezvous() override;
 
-  RendezvousInfo next_rendezvous(int local_world_size) override;
-  RoundStop stop_round(const RoundStop& stop) override;
-  std::optional<RoundStop> wait_round_stopped(std::chrono::milliseconds timeout) override;
-  void node_done() override;
-  void set_closed() override;
-  bool is_closed() override;
-  const std::string& run_id() const override { return options_.run_id; }
-  void shutdown() override;
-  void note_local_failure() override;
-  std::vector<int> unresponsive_nodes() override;
-
-  bool hosts_store() const { return server_ != nullptr; }
-  // The store's port: the endpoint's, or the one picked when this node hosts the store on port 0.
-  uint16_t store_port() const { return options_.endpoint_port; }
+ protected:
+  RendezvousInfo do_next_rendezvous(int local_world_size) override;
+  void do_note_local_failure() override;
+  std::vector<int> do_unresponsive_nodes() override;
+  // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
+  std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
 
  private:
   std::string key(const std::string& k) const { return keys_.key(k); }
   std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
   int current_round();
+  void sit_out_if_failing();
+  // Adds this node to round r; returns its arrival index.
+  int64_t join_round(int r, int local_world_size);
   // Waits until round r is closed (closing it when this node runs the last call or the closer vanished).
   void wait_closed_or_close(int r, int64_t index);
-  RoundStop stop_round_at(int round, const RoundStop& stop);
-  void sit_out_if_failing();
+  void last_call(int r);
+  // Closes round r with `count` nodes unless another node did; the closer assigns every node its rank.
+  void close_round(int r, int64_t count);
+  void assign_ranks(int r, int64_t count);
+  RendezvousTimeoutError too_few_nodes(int r, int64_t joined) const;
+  // This node's assignment in round r; nullopt when the closer vanished (round r is then stopped).
+  std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
+  // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it ends.
+  void after_close(int r, int count, Clock::time_point deadline);
   void heartbeat_and_check();
 
   DynamicRendezvousOptions options_;
-  RoundKeys keys_;
-  std::unique_ptr<StoreServerThread> server_;
-  std::shared_ptr<StoreClient> store_;
-  std::unique_ptr<StoreClient> watcher_;
-  std::atomic<int> round_{-1};
-  int rank_ = -1;
-  int nodes_ = 0;
   int previous_rank_ = -1;
-  // Heartbeat state, watcher thread only.
-  std::chrono::steady_clock::time_point next_beat_{};
+  // Heartbeat state, watcher thread only (reset by next_rendezvous before the watcher starts).
+  Clock::time_point next_beat_{};
   int64_t neighbour_beats_ = -1;
-  std::chrono::steady_clock::time_point neighbour_seen_{};
+  Clock::time_point neighbour_seen_{};
 };
 
 }  // namespace ddprun::rdzv

@@ -5,8 +5,9 @@
 // rank and the store that the round's keys live in. Within a round, any node can end it for everyone with
 // stop_round() (a failure, or all nodes done); wait_round_stopped() lets every agent learn that at once.
 //
-// Implementations: StaticRendezvous (fixed node count, node 0 hosts the store). Threads: next_rendezvous and
-// the round methods are called by the agent loop; wait_round_stopped may run on a second thread.
+// Implementations: StaticRendezvous (fixed node count, node 0 hosts the store) and DynamicRendezvous (c10d:
+// MIN:MAX nodes, heartbeats). Threads: next_rendezvous and the round methods are called by the agent loop;
+// wait_round_stopped may run on a second thread.
 #pragma once
 
 #include <chrono>
@@ -14,24 +15,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_error.h"
 
 namespace ddprun::rdzv {
-
-// The job's rendezvous is closed: it finished, and late agents must exit.
-class RendezvousClosedError : public StoreError {
- public:
-  using StoreError::StoreError;
-};
-
-// Not enough nodes joined within the join timeout. The message names who joined and the endpoint.
-class RendezvousTimeoutError : public StoreError {
- public:
-  using StoreError::StoreError;
-};
 
 struct RendezvousInfo {
   int round = 0;             // 0 for the first round, +1 per new round (failure or membership change)
@@ -53,34 +44,99 @@ struct RoundStop {
   int exit_code = 0;   // the root-cause worker's exit code (kFailed)
 };
 
+// Errors: every method throws only RendezvousError subclasses (rendezvous_error.h), listed per method below,
+// and std::bad_alloc. A StoreError from the store is translated at this boundary into RendezvousStoreError
+// whose message keeps the store's own words (store_failure). Implementations override the do_* methods; the
+// public ones translate. Constructors of implementations are the exception: they throw BindError (the store
+// this agent must host cannot listen: addr:port in use or not an address of this machine) and
+// RendezvousStoreError (the store cannot be reached, or does not answer, within the connect timeout).
 class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
 
   // Joins the next round with `local_world_size` workers; blocks until it is complete.
-  // Throws RendezvousTimeoutError, RendezvousClosedError, or StoreError on network trouble.
-  virtual RendezvousInfo next_rendezvous(int local_world_size) = 0;
+  // RendezvousClosedError: the job already finished. RendezvousTimeoutError: too few nodes within
+  // join_timeout, or the store's host gave up first. RendezvousConflictError: this agent's node rank is taken,
+  // or it waited as a spare of another job that reused this run id and endpoint. RendezvousStoreError: the
+  // store is unreachable, silent for longer than a request's timeout, or holds unreadable rendezvous data.
+  RendezvousInfo next_rendezvous(int local_world_size) {
+    return guard([&] { return do_next_rendezvous(local_world_size); });
+  }
   // Ends the current round for everyone; returns the stop that won (maybe another node's).
-  virtual RoundStop stop_round(const RoundStop& stop) = 0;
-  // Blocks until the current round is stopped or `timeout` passes (nullopt).
-  virtual std::optional<RoundStop> wait_round_stopped(std::chrono::milliseconds timeout) = 0;
+  // RendezvousStoreError.
+  RoundStop stop_round(const RoundStop& stop) {
+    return guard([&] { return do_stop_round(stop); });
+  }
+  // Blocks until the current round is stopped (returns the stop) or `timeout` passes (nullopt). A store that
+  // stalls or drops the connection is retried for as long as the handler tolerates (its stall tolerance; see
+  // the implementations); a call may then overrun `timeout` by one request timeout of the watcher.
+  // RendezvousStoreError: "the store at H:P did not answer for N s" once the tolerance is exceeded, at once
+  // when the store sends something unreadable.
+  std::optional<RoundStop> wait_round_stopped(std::chrono::milliseconds timeout) {
+    return guard([&] { return do_wait_round_stopped(timeout); });
+  }
   // Tells the round this node's workers all succeeded; the last node to do so stops the round as kDone.
-  virtual void node_done() = 0;
-  // Marks the rendezvous closed (job finished) so late agents exit.
-  virtual void set_closed() = 0;
-  virtual bool is_closed() = 0;
+  // RendezvousStoreError.
+  void node_done() {
+    guard([&] { do_node_done(); });
+  }
+  // Marks the rendezvous closed (job finished) so late agents exit. RendezvousStoreError.
+  void set_closed() {
+    guard([&] { do_set_closed(); });
+  }
+  // RendezvousStoreError.
+  bool is_closed() {
+    return guard([&] { return do_is_closed(); });
+  }
   virtual const std::string& run_id() const = 0;
-  // Releases the store (the store host keeps serving until the handler is destroyed).
-  virtual void shutdown() = 0;
+  // Releases the store (the store host keeps serving until the handler is destroyed). May throw
+  // RendezvousStoreError; StaticRendezvous and DynamicRendezvous never throw here.
+  void shutdown() {
+    guard([&] { do_shutdown(); });
+  }
   // This node's workers caused the failure that ended the round (for the dynamic backend's cooldown).
-  virtual void note_local_failure() {}
-  // Called when a local worker failed, before the failure is published: the node ranks of the round that
-  // look dead (a dead node's peers see its loss first as collective errors). Blocks up to about one
-  // heartbeat interval. Empty when every node is alive or the backend has no liveness information.
-  virtual std::vector<int> unresponsive_nodes() { return {}; }
+  // RendezvousStoreError.
+  void note_local_failure() {
+    guard([&] { do_note_local_failure(); });
+  }
+  // Called when a local worker failed, after the local group was told to stop and before the failure is
+  // published: the node ranks of the round that look dead (a dead node's peers see its loss first as
+  // collective errors). Blocks about 1.5 heartbeat intervals (plus two reads of every node's counter). Empty
+  // when every node is alive or the backend has no liveness information. RendezvousStoreError.
+  std::vector<int> unresponsive_nodes() {
+    return guard([&] { return do_unresponsive_nodes(); });
+  }
+
+ protected:
+  virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;
+  virtual RoundStop do_stop_round(const RoundStop& stop) = 0;
+  virtual std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) = 0;
+  virtual void do_node_done() = 0;
+  virtual void do_set_closed() = 0;
+  virtual bool do_is_closed() = 0;
+  virtual void do_shutdown() = 0;
+  virtual void do_note_local_failure() {}
+  virtual std::vector<int> do_unresponsive_nodes() { return {}; }
+  // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
+  // Implementations that know their store's endpoint make sure the message names it.
+  virtual RendezvousStoreError store_failure(const StoreError& e) const {
+    return RendezvousStoreError("rendezvous '" + run_id() + "': " + e.what());
+  }
+
+ private:
+  template <typename F>
+  auto guard(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const StoreError& e) {
+      throw store_failure(e);
+    }
+  }
 };
 
-// Encoding of RoundStop in the store (pure; tested).
+// Encoding of RoundStop in the store: "<kind>|<node_rank>|<exit_code>|<detail>", the numbers in plain
+// decimal. decode_round_stop refuses anything but exactly what encode_round_stop writes (a number with a sign
+// "+", leading zeros, spaces or trailing characters included); the detail is free text (bars allowed).
 std::string encode_round_stop(const RoundStop& stop);
 std::optional<RoundStop> decode_round_stop(std::string_view text);
 

@@ -1,26 +1,85 @@
 #include "rendezvous/round_keys.h"
 
+#include <cstdint>
+
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/key_value_state.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::rdzv {
 
-RoundStop RoundKeys::stop(Store& store, int round, const RoundStop& stop) const {
-  std::string now = store.compare_set(round_key(round, "stop"), "", encode_round_stop(stop));
-  auto decoded = decode_round_stop(now);
-  if (!decoded) throw BadReplyError("rendezvous '" + run_id_ + "': unreadable round stop '" + now + "'");
+// ---- RoundStop encoding: "<kind>|<node_rank>|<exit_code>|<detail>" ----------------------------------------
+
+std::string encode_round_stop(const RoundStop& stop) {
+  const char* kind = stop.kind == RoundStop::Kind::kDone       ? "done"
+                     : stop.kind == RoundStop::Kind::kFailed   ? "failed"
+                     : stop.kind == RoundStop::Kind::kShutdown ? "shutdown"
+                                                               : "membership";
+  return std::string(kind) + "|" + std::to_string(stop.node_rank) + "|" + std::to_string(stop.exit_code) + "|" +
+         stop.detail;
+}
+
+std::optional<RoundStop> decode_round_stop(std::string_view text) {
+  RoundStop s;
+  auto next = [&](std::string_view& field) {
+    auto bar = text.find('|');
+    if (bar == std::string_view::npos) return false;
+    field = text.substr(0, bar);
+    text.remove_prefix(bar + 1);
+    return true;
+  };
+  std::string_view kind, node, code;
+  if (!next(kind) || !next(node) || !next(code)) return std::nullopt;
+  if (kind == "done") {
+    s.kind = RoundStop::Kind::kDone;
+  } else if (kind == "failed") {
+    s.kind = RoundStop::Kind::kFailed;
+  } else if (kind == "shutdown") {
+    s.kind = RoundStop::Kind::kShutdown;
+  } else if (kind == "membership") {
+    s.kind = RoundStop::Kind::kMembership;
+  } else {
+    return std::nullopt;
+  }
+  // Plain decimal only, as encode writes it: no sign "+", no leading zeros, no spaces, nothing after it.
+  auto canonical_int = [](std::string_view field) -> std::optional<int> {
+    auto v = parse_int(field);
+    if (!v || *v < INT32_MIN || *v > INT32_MAX || std::to_string(*v) != field) return std::nullopt;
+    return static_cast<int>(*v);
+  };
+  auto node_rank = canonical_int(node), exit_code = canonical_int(code);
+  if (!node_rank || !exit_code) return std::nullopt;
+  s.node_rank = *node_rank;
+  s.exit_code = *exit_code;
+  s.detail = std::string(text);
+  return s;
+}
+
+namespace {
+
+RoundStop decode_stored_stop(const std::string& text, int round) {
+  auto decoded = decode_round_stop(text);
+  if (!decoded) {
+    throw BadReplyError("the store holds an unreadable stop of round " + std::to_string(round) + ": '" + text + "'");
+  }
   return *decoded;
+}
+
+}  // namespace
+
+RoundStop RoundKeys::stop(Store& store, int round, const RoundStop& stop) const {
+  return decode_stored_stop(store.compare_set(round_key(round, "stop"), "", encode_round_stop(stop)), round);
 }
 
 std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round, std::chrono::milliseconds timeout) const {
   const std::string k = round_key(round, "stop");
   try {
     store.wait({k}, timeout);
-  } catch (const TimeoutError&) {
+  } catch (const WaitTimeoutError&) {  // not stopped yet (a store that does not answer is an error)
     return std::nullopt;
   }
-  return decode_round_stop(store.get(k));
+  return decode_stored_stop(store.get(k), round);
 }
 
 void RoundKeys::open_worker_keyspace(Store& store, int round) const {

@@ -1,4 +1,6 @@
-// RoundKeys: the store keys and steps both rendezvous backends share, under "/ddprun/<run_id>/".
+// RoundKeys: the store keys and steps both rendezvous backends share. Keys are named here without the leading
+// "/" that StoreClient adds to every key: key("closed") is "ddprun/<run_id>/closed", stored (and sent on the
+// wire) as "/ddprun/<run_id>/closed".
 //
 //   r<round>/stop      RoundStop, written once by compare_set: the first stop of a round wins
 //   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
@@ -6,7 +8,8 @@
 //   closed             the job is over: late agents must exit
 // and, outside the run's namespace, "/ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which the
 // node completing a round opens before any node can start that round's workers.
-// Stateless apart from the run id; every method is one to three store requests and may throw StoreError.
+// Stateless apart from the run id; every method is one to three store requests and may throw StoreError
+// (BadReplyError when a round's stop is unreadable); the handlers translate it.
 #pragma once
 
 #include <chrono>
@@ -21,6 +24,8 @@ class RoundKeys {
  public:
   explicit RoundKeys(std::string run_id) : run_id_(std::move(run_id)) {}
 
+  const std::string& run_id() const { return run_id_; }
+
   std::string key(const std::string& k) const { return "ddprun/" + run_id_ + "/" + k; }
   std::string round_key(int round, const std::string& k) const {
     return key("r" + std::to_string(round) + "/" + k);
@@ -28,7 +33,8 @@ class RoundKeys {
 
   // Publishes `stop` unless the round already stopped; returns the stop that won.
   RoundStop stop(Store& store, int round, const RoundStop& stop) const;
-  // Waits up to `timeout` for the round's stop (nullopt on timeout).
+  // Waits up to `timeout` for the round's stop (nullopt when the WAIT timed out; a store that does not answer
+  // is a TimeoutError).
   std::optional<RoundStop> wait_stopped(Store& store, int round, std::chrono::milliseconds timeout) const;
   // Counts this node done; the last of `nodes` stops the round as kDone.
   void done(Store& store, int round, int nodes, int node_rank) const;

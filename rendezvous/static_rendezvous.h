@@ -2,25 +2,25 @@
 //
 // torchrun's static backend (`--nnodes N --node_rank R --master_addr A --master_port P`), plus what torchrun
 // lacks: rounds are coordinated through the store, so a failure on one node restarts the group on every
-// node with the same attempt number. Keys (all under "/ddprun/<run_id>/", see docs/rendezvous.md):
-//   r<round>/joined      ADD counter; the node that brings it to N sets r<round>/complete
-//   r<round>/lws/<node>  that node's local world size
-//   r<round>/stop        RoundStop, written once by compare_set (first stop wins)
-//   r<round>/done        ADD counter of nodes whose workers all succeeded
-//   closed               set when the job is over
+// node with the same attempt number. Keys (stored as "/ddprun/<run_id>/...", see round_keys.h and
+// docs/rendezvous.md):
+//   r<round>/node/<node>  the identity "<hostname>:<pid>" of the agent holding that node rank (compare_set)
+//   r<round>/lws/<node>   that node's local world size
+//   r<round>/joined       ADD counter; the node that brings it to N sets r<round>/complete
+//   r<round>/stop, r<round>/done, r<round>/left, closed: as in round_keys.h
 // Every step costs each node O(1) messages; nodes block in WAIT (no polling); progress is logged while
-// waiting. Thread-safety: wait_round_stopped() may be called from one other thread concurrently with the
-// agent loop (it uses its own connection).
+// waiting.
+//
+// Errors (beyond RendezvousHandler's contract): next_rendezvous throws RendezvousConflictError when another
+// agent holds this --node_rank, and RendezvousTimeoutError when node 0's agent took the store away while this
+// node waited. Stall tolerance: the watcher (wait_round_stopped) rides out a store that does not answer for up
+// to connect_timeout, the time this agent keeps trying to reach the store at all; the agent loop's requests
+// each wait up to join_timeout.
+//
+// Threads: see RendezvousBase (wait_round_stopped on one watcher thread, everything else on the agent loop).
 #pragma once
 
-#include <atomic>
-#include <memory>
-#include <mutex>
-
-#include "rendezvous/rendezvous_handler.h"
-#include "rendezvous/round_keys.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_base.h"
 
 namespace ddprun::rdzv {
 
@@ -32,41 +32,30 @@ struct StaticRendezvousOptions {
   uint16_t master_port = 29500;  // 0 with host_store: pick a free port (standalone)
   bool host_store = false;       // this agent runs the store (node 0)
   std::string bind_host;         // where the hosted store listens ("" = every interface)
-  std::chrono::milliseconds join_timeout{600000};
-  std::chrono::milliseconds connect_timeout{600000};
+  std::chrono::milliseconds join_timeout{600000};     // the round must complete in time; one request's limit
+  std::chrono::milliseconds connect_timeout{600000};  // reaching the store; the watcher's stall tolerance
   std::chrono::milliseconds progress_interval{5000};
 };
 
-class StaticRendezvous final : public RendezvousHandler {
+class StaticRendezvous final : public RendezvousBase {
  public:
-  // Starts the store when host_store (throws BindError naming addr:port) and connects to it
-  // (TimeoutError naming the endpoint when it cannot be reached within connect_timeout).
+  // Starts the store when host_store (BindError naming addr:port) and connects to it (RendezvousStoreError
+  // naming the endpoint when it cannot be reached within connect_timeout).
   explicit StaticRendezvous(StaticRendezvousOptions options);
   ~StaticRendezvous() override;
 
-  RendezvousInfo next_rendezvous(int local_world_size) override;
-  RoundStop stop_round(const RoundStop& stop) override;
-  std::optional<RoundStop> wait_round_stopped(std::chrono::milliseconds timeout) override;
-  void node_done() override;
-  void set_closed() override;
-  bool is_closed() override;
-  const std::string& run_id() const override { return options_.run_id; }
-  void shutdown() override;
-
-  uint16_t store_port() const { return port_; }
-  std::shared_ptr<StoreClient> store() { return store_; }
+ protected:
+  RendezvousInfo do_next_rendezvous(int local_world_size) override;
 
  private:
-  std::string key(const std::string& k) const { return keys_.key(k); }
   std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
+  // Takes this node's rank in round r (RendezvousConflictError when another agent holds it).
+  void claim_node_rank(int r);
+  // Waits until round r is complete (RendezvousTimeoutError at join_timeout, or when the store went away).
+  void wait_complete(int r);
+  RendezvousInfo round_info(int r);
 
   StaticRendezvousOptions options_;
-  RoundKeys keys_;
-  std::unique_ptr<StoreServerThread> server_;
-  uint16_t port_ = 0;
-  std::shared_ptr<StoreClient> store_;     // agent loop's connection
-  std::unique_ptr<StoreClient> watcher_;   // wait_round_stopped's connection
-  std::atomic<int> round_{-1};
 };
 
 }  // namespace ddprun::rdzv

@@ -216,15 +216,20 @@ void StoreClient::connect_locked() {
     std::string out;
     encode_request(Dialect::kModern, Request{.op = Op::kValidate, .number = kValidationMagic}, out);
     encode_request(Dialect::kModern, Request{.op = Op::kPing, .number = nonce}, out);
-    auto hs_deadline = std::min(Clock::now() + std::chrono::seconds(10), Clock::now() + options_.timeout);
+    const auto start = Clock::now();
+    auto hs_deadline = std::min(start + std::chrono::seconds(10), start + options_.timeout);
     conn->write(out, hs_deadline, "handshake");
     uint32_t echoed = 0;
     try {
       echoed = conn->read_value<uint32_t>(hs_deadline, "handshake");
     } catch (const TimeoutError&) {
-      throw BadReplyError("the store at " + endpoint_ +
-                          " did not answer the modern TCPStore handshake; if it is a torch 1.13/2.0 "
-                          "TCPStore, use the legacy dialect");
+      // Silence: a store that stalls, or a torch 1.13/2.0 TCPStore, which waits for the rest of what it
+      // takes for a legacy request.
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(hs_deadline - start);
+      throw HandshakeTimeoutError("handshake: no reply from the store at " + endpoint_ + " within " +
+                                  std::to_string(waited.count()) +
+                                  " ms (a stalled store; or a torch 1.13/2.0 TCPStore, which needs the legacy "
+                                  "dialect)");
     }
     if (echoed != nonce) {
       throw BadReplyError("the store at " + endpoint_ + " answered PING with a wrong nonce");
@@ -340,7 +345,7 @@ void StoreClient::wait_locked(const std::vector<std::string>& keys, std::chrono:
   auto deadline = deadline_after(timeout);
   auto& c = send(Request{.op = Op::kWait, .keys = keys}, deadline);
   auto timed_out = [&] {
-    return TimeoutError("WAIT " + keys_text(keys) + ": keys did not appear in the store at " + endpoint_ +
+    return WaitTimeoutError("WAIT " + keys_text(keys) + ": keys did not appear in the store at " + endpoint_ +
                         " within " + std::to_string(timeout.count()) + " ms");
   };
   if (c.wait_readable(deadline, "WAIT")) {
@@ -356,15 +361,17 @@ void StoreClient::wait_locked(const std::vector<std::string>& keys, std::chrono:
     c.mark_broken();
     throw timed_out();
   }
-  auto cancel_deadline = deadline_after(std::chrono::seconds(10));
+  // The cancel is a request like any other: its reply comes within timeout(), or the store is stalled.
+  auto cancel_deadline = deadline_after(StoreClient::timeout());
   send(Request{.op = Op::kCancelWait}, cancel_deadline);
   uint8_t r = c.read_value<uint8_t>(cancel_deadline, "CANCEL_WAIT");
-  if (r == kWaitStopWaiting) r = c.read_value<uint8_t>(cancel_deadline, "CANCEL_WAIT");  // raced with the keys
+  const bool raced = r == kWaitStopWaiting;  // the keys appeared before the cancel: the WAIT succeeded
+  if (raced) r = c.read_value<uint8_t>(cancel_deadline, "CANCEL_WAIT");
   if (r != kWaitCanceled) {
     c.mark_broken();
     throw BadReplyError("CANCEL_WAIT: the store at " + endpoint_ + " replied " + std::to_string(r));
   }
-  throw timed_out();
+  if (!raced) throw timed_out();
 }
 
 bool StoreClient::delete_key(std::string_view key) {

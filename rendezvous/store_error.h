@@ -22,6 +22,20 @@ class TimeoutError : public StoreError {
   using StoreError::StoreError;
 };
 
+// A WAIT whose keys did not appear within its timeout: the expected outcome of a bounded wait, not a store
+// that failed to answer (a stalled store gives a plain TimeoutError).
+class WaitTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
+// The store accepted the connection but did not answer the modern dialect's handshake in time: stalled, or a
+// torch 1.13/2.0 TCPStore (which takes the handshake for the start of a legacy request and waits for more).
+class HandshakeTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 // The peer closed or reset the connection, or it could not be established.
 class ConnectionLostError : public StoreError {
  public:

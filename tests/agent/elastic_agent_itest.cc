@@ -55,19 +55,23 @@ class VanishAtStep final : public ddprun::rdzv::RendezvousHandler {
   VanishAtStep(std::unique_ptr<RendezvousHandler> inner, VanishingStore& store, int vanish_at, std::vector<std::string>& steps)
       : inner_(std::move(inner)), store_(store), vanish_at_(vanish_at), steps_(steps) {}
 
-  RendezvousInfo next_rendezvous(int lws) override { return step("next_rendezvous", [&] { return inner_->next_rendezvous(lws); }); }
-  RoundStop stop_round(const RoundStop& s) override { return step("stop_round", [&] { return inner_->stop_round(s); }); }
-  std::optional<RoundStop> wait_round_stopped(std::chrono::milliseconds timeout) override {
+  const std::string& run_id() const override { return inner_->run_id(); }
+
+ protected:
+  RendezvousInfo do_next_rendezvous(int lws) override {
+    return step("next_rendezvous", [&] { return inner_->next_rendezvous(lws); });
+  }
+  RoundStop do_stop_round(const RoundStop& s) override { return step("stop_round", [&] { return inner_->stop_round(s); }); }
+  std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override {
     if (vanish_at_ == -1) store_.vanish();
     return inner_->wait_round_stopped(timeout);
   }
-  void node_done() override { step("node_done", [&] { inner_->node_done(); }); }
-  void set_closed() override { step("set_closed", [&] { inner_->set_closed(); }); }
-  bool is_closed() override { return step("is_closed", [&] { return inner_->is_closed(); }); }
-  const std::string& run_id() const override { return inner_->run_id(); }
-  void shutdown() override { step("shutdown", [&] { inner_->shutdown(); }); }
-  void note_local_failure() override { step("note_local_failure", [&] { inner_->note_local_failure(); }); }
-  std::vector<int> unresponsive_nodes() override {
+  void do_node_done() override { step("node_done", [&] { inner_->node_done(); }); }
+  void do_set_closed() override { step("set_closed", [&] { inner_->set_closed(); }); }
+  bool do_is_closed() override { return step("is_closed", [&] { return inner_->is_closed(); }); }
+  void do_shutdown() override { step("shutdown", [&] { inner_->shutdown(); }); }
+  void do_note_local_failure() override { step("note_local_failure", [&] { inner_->note_local_failure(); }); }
+  std::vector<int> do_unresponsive_nodes() override {
     return step("unresponsive_nodes", [&] { return inner_->unresponsive_nodes(); });
   }
 

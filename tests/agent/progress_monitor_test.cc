@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -81,4 +82,34 @@ TEST_CASE("file sizes and modification times for output and heartbeats") {
   CHECK(modification_ns(dir / "a") > 0);
   CHECK(modification_ns(dir / "missing") == 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("stragglers: a rank whose steps stay 1.5x the local median for 5 samples is reported once") {
+  StragglerTracker t;
+  std::map<int, double> steps{{0, 0.10}, {1, 0.11}, {2, 0.20}, {3, 0.10}};
+  for (int i = 0; i < 4; ++i) CHECK(t.observe(steps).empty());
+  auto out = t.observe(steps);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].first == 2);
+  CHECK(std::abs(out[0].second - 0.11) < 1e-12);
+  CHECK(t.observe(steps).empty());  // once
+  steps[2] = 0.12;                  // keeps up again
+  CHECK(t.observe(steps).empty());
+  steps[2] = 0.5;
+  for (int i = 0; i < 4; ++i) CHECK(t.observe(steps).empty());
+  CHECK(t.observe(steps).size() == 1);  // slow again for a whole window: reported again
+  CHECK(StragglerTracker().observe({{0, 1.0}}).empty());  // one rank: nothing to compare with
+}
+
+TEST_CASE("the SDK's heartbeat file: steps and the last step time") {
+  auto f = std::filesystem::temp_directory_path() / ("ddprun-beat-" + std::to_string(getpid()));
+  std::ofstream(f) << "                  12           0.250000\n";
+  auto beat = read_heartbeat(f);
+  REQUIRE(beat);
+  CHECK(beat->first == 12);
+  CHECK(beat->second == 0.25);
+  std::ofstream(f) << "garbage";
+  CHECK_FALSE(read_heartbeat(f));
+  std::filesystem::remove(f);
+  CHECK_FALSE(read_heartbeat(f));
 }

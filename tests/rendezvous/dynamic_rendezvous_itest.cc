@@ -28,7 +28,6 @@ using namespace std::chrono_literals;
 using namespace testing;
 using std::chrono::milliseconds;
 
-
 StoreServerOptions loopback_server() {
   StoreServerOptions o;
   o.host = "127.0.0.1";
@@ -58,9 +57,6 @@ DynamicRendezvousOptions c10d(uint16_t port, const std::string& identity, int mi
   o.cooldown_max = 1s;
   return o;
 }
-
-
-
 
 using Node = testing::Participant<DynamicRendezvous>;
 
@@ -264,7 +260,7 @@ TEST_CASE(
   try {
     second.round.get();
     FAIL("the second job joined the first job's store");
-  } catch (const RendezvousClosedError& e) {
+  } catch (const RendezvousConflictError& e) {  // not "closed": this agent belongs to another job
     INFO(e.what());
     CHECK_THAT(e.what(), Catch::Contains("'job'"));
     CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(running.store_port)));

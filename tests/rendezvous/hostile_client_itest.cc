@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "eventually.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_server.h"
@@ -99,15 +100,7 @@ class RawSocket {
   int fd_ = -1;
 };
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto deadline = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using ddprun::testing::eventually;
 
 std::string u64_bytes(uint64_t v) {
   std::string out;

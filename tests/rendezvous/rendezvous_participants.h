@@ -1,5 +1,5 @@
 // Test support for the rendezvous tests that run without root: rendezvous participants as threads against
-// one store on 127.0.0.1, and the bounded waits they share. Header-only; for tests/rendezvous/*_itest.cc.
+// one store on 127.0.0.1, and the bounded waits they share (eventually(): tests/eventually.h). Header-only; for tests/rendezvous/*_itest.cc.
 #pragma once
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "catch_compat.h"
+#include "eventually.h"
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/store_client.h"
 
@@ -33,16 +34,7 @@ inline std::string rkey(int round, const std::string& k) {
   return "ddprun/" + kRunId + "/r" + std::to_string(round) + "/" + k;
 }
 
-// Polls `pred` until it holds or kLimit passes. For store state that has no event to await (counter values).
-template <typename Pred>
-bool eventually(Pred pred) {
-  auto deadline = Clock::now() + kLimit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using ddprun::testing::eventually;  // bounded by kLimit (its default limit)
 
 // One agent: its rendezvous and the join it runs on a thread of its own. The future is declared after the
 // rendezvous, so a failing test first waits for the join to end (bounded by join_timeout), then destroys it.

@@ -63,7 +63,7 @@ class MemoryStore final : public Store {
     return true;
   }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds) override {
-    if (!check(keys)) throw TimeoutError("WAIT: timed out");
+    if (!check(keys)) throw WaitTimeoutError("WAIT: timed out");  // as StoreClient: keys absent in time
   }
   bool delete_key(std::string_view key) override {
     touch();
@@ -132,7 +132,10 @@ TEST_CASE("round stops encode as kind|node|exit code|detail and decode back", "[
 
 TEST_CASE("decode_round_stop refuses what encode_round_stop cannot produce", "[round_stop]") {
   auto text = GENERATE(as<std::string>{}, "", "done", "done|1", "done|1|0", "finished|1|0|x", "DONE|1|0|x",
-                       "done|x|0|d", "done|1|y|d", "done||0|d", "done|1||d");
+                       "done|x|0|d", "done|1|y|d", "done||0|d", "done|1||d",
+                       // numbers with trailing junk, or beyond int, or not as encode writes them
+                       "done|1x|0|d", "done|1|0x|d", "done|1 |0|d", "done|99999999999|0|d", "done|+1|0|d",
+                       "done|01|0|d", "done|1|-0|d", "done| 1|0|d");
   INFO("'" << text << "'");
   CHECK_FALSE(decode_round_stop(text));
 }

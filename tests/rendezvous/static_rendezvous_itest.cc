@@ -26,7 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 using namespace testing;
 
-
 // Node 0 hosts the store on a free port of 127.0.0.1; the others connect to it.
 StaticRendezvousOptions static_node(uint16_t port, int node_rank, int nnodes) {
   StaticRendezvousOptions o;
@@ -42,9 +41,6 @@ StaticRendezvousOptions static_node(uint16_t port, int node_rank, int nnodes) {
   o.progress_interval = 50ms;
   return o;
 }
-
-
-
 
 using Node = testing::Participant<StaticRendezvous>;
 
@@ -171,7 +167,7 @@ TEST_CASE(
       dup.next_rendezvous(1);
       out = "joined";
       return 1;
-    } catch (const RendezvousClosedError& e) {
+    } catch (const RendezvousConflictError& e) {  // not "closed": the job runs, this agent is wrong
       out = e.what();
       return 0;
     } catch (const std::exception& e) {
@@ -182,6 +178,7 @@ TEST_CASE(
   INFO(text);
   CHECK(code == 0);
   CHECK_THAT(text, Catch::Contains("--node_rank 1 is already taken by agent " + holder));
+  CHECK_THAT(text, Catch::Contains("give every node a distinct --node_rank in 0..1"));
   CHECK(obs.add(rkey(0, "joined"), 0) == 1);  // the refused agent was not counted
 
   n0.join(1);  // the round completes with the real node 1

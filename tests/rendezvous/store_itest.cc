@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "eventually.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
@@ -37,16 +38,7 @@ StoreClientOptions client_options(Dialect d, std::chrono::milliseconds timeout =
   return o;
 }
 
-// Polls `pred` until it holds or `limit` passes. For server-side state that has no event to await.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto deadline = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using ddprun::testing::eventually;
 
 std::string endpoint_text(uint16_t port) {
   return "127.0.0.1:" + std::to_string(port);
