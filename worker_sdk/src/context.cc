@@ -82,9 +82,9 @@ std::shared_ptr<rdzv::Store> connect_store(const std::string& host, uint16_t por
       return std::make_shared<rdzv::StoreClient>(host, port, so);
     } catch (const rdzv::StoreError& e) {
       // A torch 1.13/2.0 TCPStore (torchrun's agent store) does not know VALIDATE: it stays silent
-      // (BadReplyError after the handshake deadline) or takes it for a SET of absurd length and drops the
-      // connection (ConnectionLostError). Either way: speak the legacy dialect on a new connection.
-      if (!dynamic_cast<const rdzv::BadReplyError*>(&e) &&
+      // (HandshakeTimeoutError after the handshake deadline) or takes it for a SET of absurd length and drops
+      // the connection (ConnectionLostError). Either way: speak the legacy dialect on a new connection.
+      if (!dynamic_cast<const rdzv::HandshakeTimeoutError*>(&e) &&
           !dynamic_cast<const rdzv::ConnectionLostError*>(&e)) {
         throw;
       }

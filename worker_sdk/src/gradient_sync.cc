@@ -6,6 +6,8 @@
 // owns a disjoint slice, and the communication thread reads a bucket only after it is marked ready.
 #include "ddprun/gradient_sync.h"
 
+#include "ddprun/progress.h"
+
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
@@ -405,6 +407,11 @@ GradientSynchronizer::NoSyncGuard GradientSynchronizer::no_sync() {
 
 void GradientSynchronizer::finish() {
   state_->finish();
+  // A synchronised step ended: progress for ddprun's hang detection, and this rank's step time.
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = last_finish_ ? std::chrono::duration<double>(now - *last_finish_).count() : 0.0;
+  last_finish_ = now;
+  heartbeat(seconds);
 }
 
 void GradientSynchronizer::broadcast_parameters(int root) {

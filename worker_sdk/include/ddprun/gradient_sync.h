@@ -55,6 +55,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ddprun/process_group.h"
@@ -126,6 +127,7 @@ class GradientSynchronizer {
  private:
   struct State;
   std::shared_ptr<State> state_;
+  std::optional<std::chrono::steady_clock::time_point> last_finish_;  // for the step time of heartbeat()
 };
 
 }  // namespace ddprun::sdk

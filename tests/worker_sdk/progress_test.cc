@@ -1,0 +1,25 @@
+// Unit test of ddprun/progress.h: heartbeat() writes the step count and the last step time into
+// $DDPRUN_PROGRESS_FILE, the line the agent reads (agent/progress_monitor.h read_heartbeat).
+#include "ddprun/progress.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "catch_compat.h"
+
+TEST_CASE("heartbeat: one fixed-width line, overwritten by each step", "[worker_sdk][progress]") {
+  const auto file = std::filesystem::temp_directory_path() / ("ddprun-sdk-beat-" + std::to_string(::getpid()));
+  REQUIRE(::setenv("DDPRUN_PROGRESS_FILE", file.c_str(), 1) == 0);
+  ddprun::sdk::heartbeat();
+  ddprun::sdk::heartbeat(12345.5);
+  ddprun::sdk::heartbeat(0.25);
+  std::ifstream in(file);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(all == "                   3           0.250000\n");  // no leftover of the longer line before
+  std::filesystem::remove(file);
+  ::unsetenv("DDPRUN_PROGRESS_FILE");
+}
