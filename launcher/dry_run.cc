@@ -1,15 +1,16 @@
 #include "launcher/dry_run.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <sstream>
+
+#include "agent/failure_summary.h"  // signal_name
+#include "agent/log_layout.h"
+#include "agent/worker_launches.h"
+#include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
 namespace {
-
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);  // glibc >= 2.32
-  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
-}
 
 std::string format_seconds(double s) {
   std::ostringstream out;
@@ -17,16 +18,132 @@ std::string format_seconds(double s) {
   return out.str();
 }
 
-// Where one stream of a worker ends up: bit `bit` of --redirects/--tee for its local rank.
-std::string stream_destination(const LaunchConfig& c, int local_rank, int bit) {
-  bool redirected = static_cast<int>(c.redirects.for_rank(local_rank)) & bit;
-  bool teed = static_cast<int>(c.tee.for_rank(local_rank)) & bit;
-  bool console = !redirected;
-  bool file = redirected || teed;
-  if (console && c.local_ranks_filter && !c.local_ranks_filter->count(local_rank)) console = false;
-  if (console && file) return "console+file";
-  if (file) return "file";
-  return console ? "console" : "hidden (--local_ranks_filter)";
+// The first round as the rendezvous would return it, where it is known (the rest is Plan::pending).
+rdzv::RendezvousInfo first_round(const LaunchConfig& c) {
+  const bool fixed = c.rdzv_kind == RendezvousKind::kStatic;
+  rdzv::RendezvousInfo info;
+  info.round = 0;
+  info.group_rank = fixed ? c.node_rank : 0;
+  info.group_world_size = fixed ? c.max_nodes : c.min_nodes;
+  info.base_rank = info.group_rank * c.nproc_per_node;  // exact on node 0 (and with one node)
+  info.world_size = info.group_world_size * c.nproc_per_node;
+  info.store_host = c.rdzv_endpoint.host;
+  info.store_port = c.rdzv_endpoint.port;
+  return info;
+}
+
+// The variables whose value only the run decides, and the placeholder shown instead.
+std::map<std::string, std::string> pending_values(const LaunchConfig& c) {
+  std::map<std::string, std::string> pending;
+  auto at_rendezvous = [&pending](std::initializer_list<const char*> names) {
+    for (const char* name : names) pending[name] = kDecidedAtRendezvous;
+  };
+  if (c.rdzv_kind == RendezvousKind::kC10d) {
+    at_rendezvous({"RANK", "ROLE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE",
+                   "MASTER_ADDR", "MASTER_PORT"});
+    return pending;
+  }
+  if (c.max_nodes > 1) at_rendezvous({"WORLD_SIZE", "ROLE_WORLD_SIZE"});
+  if (c.rdzv_kind == RendezvousKind::kStatic && c.node_rank > 0) at_rendezvous({"RANK", "ROLE_RANK"});
+  if (c.slurm && !c.slurm->probe_ports.empty()) {
+    pending["MASTER_PORT"] = "<probed among " + format_ports(c.slurm->probe_ports) + ">";
+  } else if (c.rdzv_endpoint.port == 0) {
+    pending["MASTER_PORT"] = kChosenAtBind;
+  }
+  return pending;
+}
+
+std::string store_text(const LaunchConfig& c, const std::map<std::string, std::string>& pending) {
+  auto port = pending.find("MASTER_PORT");
+  if (c.rdzv_kind == RendezvousKind::kC10d || port == pending.end()) return c.rdzv_endpoint.to_string();
+  const std::string& host = c.rdzv_endpoint.host;
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port->second;
+}
+
+std::string rendezvous_line(const LaunchConfig& c, const Plan& plan) {
+  std::string line = "  rendezvous: ";
+  switch (c.rdzv_kind) {
+    case RendezvousKind::kStatic:
+      line += "static, store " + plan.store + " on node 0" + (c.node_rank == 0 ? " (this node)" : "");
+      break;
+    case RendezvousKind::kStandalone:
+      line += "c10d (standalone), store " + plan.store + " on this node";
+      break;
+    case RendezvousKind::kC10d:
+      line +=
+          "c10d, endpoint " + plan.store +
+          (c.is_host ? (*c.is_host ? " (is_host: this agent hosts it)" : " (is_host=false: not here)") : "") +
+          "; the workers' store (MASTER_ADDR, MASTER_PORT) is decided at the rendezvous";
+      break;
+  }
+  return line + ", run id " + c.rdzv_id + "\n";
+}
+
+std::string timeouts_line(const LaunchConfig& c) {
+  const RdzvTimings& t = c.rdzv_timings;
+  std::string line = "  timeouts:   join " + format_seconds(t.join_timeout);
+  if (c.rdzv_kind == RendezvousKind::kC10d) {
+    line += ", last call " + format_seconds(t.last_call_timeout) + ", close " +
+            format_seconds(t.close_timeout) + ", heartbeat every " + format_seconds(t.keep_alive_interval) +
+            " (" + std::to_string(t.keep_alive_max_attempt) + " missed: node lost), store reads " +
+            format_seconds(t.read_timeout);
+  }
+  return line + "\n";
+}
+
+std::string nodes_line(const LaunchConfig& c, const Plan& plan) {
+  const bool range = c.min_nodes != c.max_nodes;
+  const std::string min = std::to_string(c.min_nodes), max = std::to_string(c.max_nodes);
+  const std::string nnodes = range ? min + ":" + max : min;
+  if (c.rdzv_kind == RendezvousKind::kC10d) {
+    return "  nodes:      " + (range ? min + " to " + max : min) + " (--nnodes " + nnodes +
+           "); node rank, global ranks and world size decided at the rendezvous\n";
+  }
+  const int node_rank = c.rdzv_kind == RendezvousKind::kStatic ? c.node_rank : 0;
+  std::string line = "  nodes:      node_rank " + std::to_string(node_rank) + " of " +
+                     std::to_string(c.max_nodes) + " (--nnodes " + nnodes + "), world size ";
+  if (!plan.pending.count("WORLD_SIZE")) {
+    return line + std::to_string(c.max_nodes * c.nproc_per_node) + "\n";
+  }
+  return line + "decided at the rendezvous (" + std::to_string(c.max_nodes * c.nproc_per_node) +
+         " if every node runs " + std::to_string(c.nproc_per_node) + " workers)\n";
+}
+
+std::string logs_line(const Plan& plan) {
+  const std::string dir = plan.run_dir.string();
+  if (plan.run_dir_temporary) {
+    return "  logs:       " + dir + " (temporary, removed when the job succeeds; --log_dir keeps it)\n";
+  }
+  return "  logs:       " + dir + " (the X's: random, chosen at start)\n";
+}
+
+// Where one stream of a worker goes, from its launch: "console (prefix [default0]:) + file PATH".
+std::string stream_text(bool console, const std::filesystem::path& file, const std::string& prefix,
+                        bool filtered_out) {
+  std::string text;
+  if (console) text = prefix.empty() ? "console" : "console (prefix " + prefix + ")";
+  if (!file.empty()) text += (text.empty() ? "file " : " + file ") + file.string();
+  if (text.empty()) text = filtered_out ? "discarded (--local_ranks_filter)" : "discarded";
+  return text;
+}
+
+std::string worker_block(const LaunchConfig& c, const Plan& plan, const agent::WorkerLaunch& w) {
+  std::ostringstream out;
+  const bool filtered_out = c.local_ranks_filter && !c.local_ranks_filter->count(w.local_rank);
+  out << "worker local_rank " << w.local_rank << " (rank "
+      << (plan.pending.count("RANK") ? "decided at the rendezvous" : w.env.at("RANK")) << "):\n";
+  out << "  argv:";
+  for (const auto& a : w.argv) out << " " << shell_quote(a);
+  out << "\n";
+  out << "  stdout: " << stream_text(w.console_stdout, w.stdout_file, w.prefix, filtered_out) << "\n";
+  out << "  stderr: " << stream_text(w.console_stderr, w.stderr_file, w.prefix, filtered_out) << "\n";
+  out << "  env:\n";
+  for (const auto& [name, value] : w.env) {  // std::map: sorted by name
+    if (!is_plan_env_var(name)) continue;
+    auto p = plan.pending.find(name);
+    out << "    " << name << "=" << (p != plan.pending.end() ? p->second : value) << "\n";
+  }
+  return out.str();
 }
 
 }  // namespace
@@ -86,38 +203,51 @@ std::string format_slurm_launch(const SlurmLaunch& s) {
   return out.str();
 }
 
+std::filesystem::path placeholder_run_dir(const agent::AgentConfig& a, const std::string& run_id,
+                                          const std::filesystem::path& temp_dir) {
+  // agent::LogLayout::create names it <log_dir>/<run_id>_<8 random characters>; without a log_dir the agent
+  // makes mkdtemp("<temp dir>/ddprun-<run_id>-XXXXXX") (ElasticAgent, agent/elastic_agent.cc).
+  if (!a.log_dir.empty()) return a.log_dir / (run_id + "_XXXXXXXX");
+  return temp_dir / ("ddprun-" + run_id + "-XXXXXX");
+}
+
+Plan make_plan(const LaunchConfig& c, const agent::AgentConfig& a, const std::filesystem::path& temp_dir) {
+  Plan plan;
+  plan.pending = pending_values(c);
+  plan.store = store_text(c, plan.pending);
+  plan.run_dir = placeholder_run_dir(a, c.rdzv_id, temp_dir);
+  plan.run_dir_temporary = a.log_dir.empty();
+  const rdzv::RendezvousInfo round = first_round(c);
+  const agent::LogLayout layout(plan.run_dir);
+  std::vector<agent::WorkerLogPaths> paths;
+  std::vector<int> ranks;
+  for (int lr = 0; lr < static_cast<int>(a.workers.size()); ++lr) {
+    paths.push_back(layout.worker(round.round, lr));
+    ranks.push_back(round.base_rank + lr);
+  }
+  plan.workers = agent::worker_launches(a, round, paths, ranks, c.rdzv_id);
+  return plan;
+}
+
 std::string format_plan(const LaunchConfig& c, const Plan& plan) {
   std::ostringstream out;
-  std::string nnodes_flag = c.min_nodes == c.max_nodes
-                                ? std::to_string(c.min_nodes)
-                                : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
   out << "ddprun dry run: nothing was started\n";
-  out << "  rendezvous: " << c.rdzv_backend << (c.standalone ? " (standalone)" : "") << ", store "
-      << plan.store_endpoint << ", run id " << c.rdzv_id << "\n";
-  out << "  nodes:      node_rank " << plan.node_rank << " of " << plan.nnodes << " (--nnodes " << nnodes_flag
-      << "), world size " << plan.world_size << "\n";
+  out << rendezvous_line(c, plan) << timeouts_line(c) << nodes_line(c, plan);
   out << "  workers:    " << plan.workers.size() << " on this node (--nproc_per_node " << c.nproc_spec
       << "), role " << c.role << ", max_restarts " << c.max_restarts << "\n";
   out << "  signals:    ";
   for (size_t i = 0; i < c.signals_to_handle.size(); ++i) {
-    out << (i ? "," : "") << signal_name(c.signals_to_handle[i]);
+    out << (i ? "," : "") << agent::signal_name(c.signals_to_handle[i]);
   }
   out << " forwarded; SIGKILL after " << format_seconds(c.shutdown_timeout) << "\n";
-  out << "  logs:       " << (c.log_dir.empty() ? std::string("(no --log_dir)") : c.log_dir) << "\n";
+  out << logs_line(plan);
   if (c.slurm) out << format_slurm_launch(*c.slurm);
-  for (const auto& w : plan.workers) {
-    out << "worker local_rank " << w.local_rank << " (rank " << w.rank << "):\n";
-    out << "  argv:";
-    for (const auto& a : w.argv) out << " " << shell_quote(a);
-    out << "\n";
-    out << "  stdout: " << stream_destination(c, w.local_rank, 1)
-        << ", stderr: " << stream_destination(c, w.local_rank, 2) << "\n";
-    out << "  env:\n";
-    for (const auto& [name, value] : w.env) {  // std::map: sorted by name
-      if (is_plan_env_var(name)) out << "    " << name << "=" << value << "\n";
-    }
-  }
+  for (const auto& w : plan.workers) out << worker_block(c, plan, w);
   return out.str();
+}
+
+std::string dry_run(const LaunchConfig& c, const LauncherContext& context) {
+  return format_plan(c, make_plan(c, agent_config(c, context), context.temp_dir));
 }
 
 }  // namespace ddprun::launcher

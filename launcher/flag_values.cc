@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "rendezvous/endpoint.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::launcher {
 
@@ -47,24 +48,11 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t pos; (pos = s.find(sep, start)) != std::string::npos; start = pos + 1) {
-    parts.push_back(s.substr(start, pos - start));
-  }
-  parts.push_back(s.substr(start));
-  return parts;
-}
-
 std::optional<long long> to_int(const std::string& raw) {
-  std::string s = trim(raw);
-  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-  if (i == s.size() || s.size() > 18) return std::nullopt;
-  for (size_t j = i; j < s.size(); ++j) {
-    if (!std::isdigit(static_cast<unsigned char>(s[j]))) return std::nullopt;
-  }
-  return std::stoll(s);
+  const std::string s = trim(raw);
+  // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
+  if (s.size() > 18 || s.starts_with("+-")) return std::nullopt;
+  return rdzv::parse_int(s);
 }
 
 std::optional<double> to_double(const std::string& raw) {
@@ -98,7 +86,7 @@ std::string one_of(const Given& g, const std::vector<std::string>& choices) {
 }
 
 std::pair<int, int> parse_nnodes(const Given& g) {
-  auto parts = split(g.text, ':');
+  auto parts = rdzv::split(g.text, ':');
   std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
   if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
     fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
@@ -132,7 +120,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   if (trim(g.text).empty()) return conf;
   std::string valid;
   for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
-  for (const auto& item : split(g.text, ',')) {
+  for (const auto& item : rdzv::split(g.text, ',')) {
     auto eq = item.find('=');
     std::string key = trim(item.substr(0, eq));
     if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
@@ -161,18 +149,19 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   return conf;
 }
 
-std::string parse_rdzv_endpoint(const Given& g, bool c10d) {
+std::optional<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
   const std::string endpoint = trim(g.text);
-  if (endpoint.empty()) return endpoint;
+  if (endpoint.empty()) return std::nullopt;
   std::string err;
   auto port = c10d ? std::optional<uint16_t>(29400) : std::nullopt;
-  if (!rdzv::parse_endpoint(endpoint, port, err)) {
+  auto parsed = rdzv::parse_endpoint(endpoint, port, err);
+  if (!parsed) {
     std::string err_prefix = "invalid endpoint '" + endpoint + "': ";
     if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
     if (err.rfind("no port", 0) == 0) fail(g, "host:port (the static backend needs a port)");
     fail_because(g, err);
   }
-  return endpoint;
+  return parsed;
 }
 
 std::string parse_master_addr(const Given& g) {
@@ -193,7 +182,7 @@ uint16_t parse_master_port(const Given& g) {
 std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
   if (trim(g.text).empty()) return std::nullopt;
   std::set<int> ranks;
-  for (const auto& item : split(g.text, ',')) {
+  for (const auto& item : rdzv::split(g.text, ',')) {
     auto v = to_int(item);
     if (!v || *v < 0 || *v > 1'000'000) fail(g, "local ranks >= 0, comma-separated, like 0,2");
     ranks.insert(static_cast<int>(*v));
@@ -203,7 +192,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
 
 std::vector<int> parse_signals(const Given& g) {
   std::vector<int> out;
-  for (const auto& raw : split(g.text, ',')) {
+  for (const auto& raw : rdzv::split(g.text, ',')) {
     std::string name = trim(raw);
     std::string upper;
     for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

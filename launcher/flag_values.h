@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "rendezvous/endpoint.h"
+
 namespace ddprun::launcher {
 
 // A bad command line; what() is the whole user-facing message.
@@ -46,9 +48,8 @@ struct Given {
 
 // Without leading and trailing blanks (space, tab, newline).
 std::string trim(const std::string& s);
-// "a,,b" -> {"a", "", "b"}; "" -> {""}.
-std::vector<std::string> split(const std::string& s, char sep);
-// Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters.
+// Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
+// once trimmed. (Splitting: rdzv::split in rendezvous/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);
@@ -90,9 +91,9 @@ struct RdzvTimings {
 };
 RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf);
 
-// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; "" (blank) = none. The static backend
-// (c10d false) needs the port; c10d defaults it to 29400. Returns the trimmed text as given.
-std::string parse_rdzv_endpoint(const Given& g, bool c10d);
+// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (nullopt). The static
+// backend (c10d false) needs the port; c10d defaults it to 29400.
+std::optional<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d);
 
 // --master_addr: a host name or address without a port; "[::1]" gives "::1".
 std::string parse_master_addr(const Given& g);

@@ -8,6 +8,7 @@
 #include "launcher/flag_values.h"
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/text_util.h"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "unknown"
@@ -218,13 +219,13 @@ class Parser {
     Given backend = get("--rdzv_backend");
     if (backend.text.rfind("etcd", 0) == 0)
       fail(backend, "static or c10d (etcd is not supported by ddprun; use c10d)");
-    c.rdzv_backend = one_of(backend, {"static", "c10d"});
+    const bool c10d = one_of(backend, {"static", "c10d"}) == "c10d";
+    c.rdzv_kind = c10d ? RendezvousKind::kC10d : RendezvousKind::kStatic;
     Given id = get("--rdzv_id");
     if (id.text.empty()) fail(id, "a non-empty id");
     c.rdzv_id = id.text;
-    c.rdzv_conf = parse_rdzv_conf(get("--rdzv_conf"));
-    c.standalone = flag_value("--standalone");
-    if (c.standalone) {
+    rdzv_conf(c);
+    if (flag_value("--standalone")) {
       for (const char* f : {"--rdzv_backend", "--rdzv_endpoint"}) {
         if (auto g = given(f)) warnings_.push_back(std::string("--standalone ignores ") + f + "=" + g->text);
       }
@@ -232,16 +233,23 @@ class Parser {
         throw UsageError("ddprun: --standalone runs one node; it cannot be used with --nnodes=" +
                          get("--nnodes").text);
       }
-      c.rdzv_backend = "c10d";
-      c.rdzv_endpoint = "localhost:0";
+      c.rdzv_kind = RendezvousKind::kStandalone;
+      c.rdzv_endpoint = rdzv::Endpoint{"127.0.0.1", 0};
       return;
     }
-    c.rdzv_endpoint = parse_rdzv_endpoint(get("--rdzv_endpoint"), c.rdzv_backend == "c10d");
-    if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
+    endpoint_ = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d);
+    if (c10d) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", 29400});
+    if (!c10d && c.min_nodes != c.max_nodes) {
       throw UsageError(
           "ddprun: --nnodes=" + get("--nnodes").text +
           " (a node range) needs --rdzv_backend=c10d; the static backend needs a fixed node count");
     }
+  }
+
+  void rdzv_conf(LaunchConfig& c) {
+    const auto conf = parse_rdzv_conf(get("--rdzv_conf"));
+    c.rdzv_timings = rdzv_timings(conf);
+    if (auto it = conf.find("is_host"); it != conf.end()) c.is_host = it->second == "true";
   }
 
   void master(LaunchConfig& c) {
@@ -250,11 +258,12 @@ class Parser {
     c.master_port_given = given("--master_port").has_value();
     Given rank = get("--node_rank");
     c.node_rank = int_at_least(rank, 0);
-    if (c.rdzv_backend == "static" && c.node_rank >= c.max_nodes) {
+    if (c.rdzv_kind != RendezvousKind::kStatic) return;
+    if (c.node_rank >= c.max_nodes) {
       fail(rank, "a node rank in 0.." + std::to_string(c.max_nodes - 1) +
                      " (--nnodes=" + get("--nnodes").text + ")");
     }
-    if (auto g = given("--local_addr")) c.local_addr = trim(g->text);
+    c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{c.master_addr, c.master_port});
   }
 
   void launch(LaunchConfig& c) {
@@ -278,6 +287,7 @@ class Parser {
           " is not supported by ddprun (LogsSpecs are Python plugins); use --log_dir, -r and -t");
     }
     c.log_dir = get("--log_dir").text;
+    if (auto g = given("--local_addr")) c.local_addr = trim(g->text);
     Given redirects = get("--redirects"), tee = get("--tee");
     auto r = parse_std_spec(trim(redirects.text)), t = parse_std_spec(trim(tee.text));
     if (!r) fail(redirects, "0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,... like 0:1,1:2");
@@ -330,7 +340,7 @@ class Parser {
     for (const auto& d : s->derived) {
       slurm_defaults_[d.setting] = Given{d.setting, d.value, d.source.substr(0, d.source.find('='))};
     }
-    if (get("--rdzv_backend").text == "c10d") {
+    if (get("--rdzv_backend").text == "c10d") {  // judged by rendezvous(), after this
       slurm_defaults_["--rdzv_endpoint"] =
           Given{"--rdzv_endpoint", rdzv::format_endpoint(s->first_host, s->ports[0]), "SLURM_JOB_ID"};
     }
@@ -341,32 +351,28 @@ class Parser {
   void slurm_finish(LaunchConfig& c) {
     if (!c.slurm) return;
     SlurmLaunch& sl = *c.slurm;
-    const bool c10d = c.rdzv_backend == "c10d";
+    const bool c10d = c.rdzv_kind == RendezvousKind::kC10d;
     for (const auto& d : sl.settings.derived) {
       // c10d takes neither --master_addr/--master_port (the endpoint stands for them) nor --node_rank.
       bool ignored = c10d && (d.setting == "--master_addr" || d.setting == "--master_port" ||
                               d.setting == "--node_rank");
       if (!given(d.setting) && !ignored) sl.used.push_back(d);
     }
-    std::string err;
-    if (c10d) {
-      auto ep = rdzv::parse_endpoint(c.rdzv_endpoint, 29400, err);  // validated in rendezvous()
-      sl.store_host = ep ? ep->host : sl.settings.first_host;
-      auto is_host = c.rdzv_conf.find("is_host");  // given: the user decides who hosts
-      sl.hosts_store = is_host != c.rdzv_conf.end() ? is_host->second == "true" : sl.settings.node_rank == 0;
-      if (!given("--rdzv_endpoint")) {
-        sl.probe_ports = sl.settings.ports;
-        sl.used.push_back({"--rdzv_endpoint", c.rdzv_endpoint, "first host and SLURM_JOB_ID (port probed)"});
-        if (!c.rdzv_conf.count("is_host")) {
-          c.rdzv_conf["is_host"] = sl.hosts_store ? "true" : "false";
-          sl.used.push_back({"--rdzv_conf is_host", c.rdzv_conf["is_host"],
-                             sl.settings.task_mode ? "SLURM_PROCID" : "SLURM_NODEID"});
-        }
-      }
-    } else {
-      sl.store_host = c.master_addr;
+    sl.store_host = c.rdzv_endpoint.host;
+    const bool port_given = given("--rdzv_endpoint") || (!c10d && c.master_port_given);
+    if (!port_given) sl.probe_ports = sl.settings.ports;
+    if (!c10d) {
       sl.hosts_store = c.node_rank == 0;
-      if (!given("--master_port")) sl.probe_ports = sl.settings.ports;
+      return;
+    }
+    sl.hosts_store = c.is_host.value_or(sl.settings.node_rank == 0);  // given: the user decides who hosts
+    if (port_given) return;
+    sl.used.push_back(
+        {"--rdzv_endpoint", c.rdzv_endpoint.to_string(), "first host and SLURM_JOB_ID (port probed)"});
+    if (!c.is_host) {
+      c.is_host = sl.hosts_store;
+      sl.used.push_back({"--rdzv_conf is_host", sl.hosts_store ? "true" : "false",
+                         sl.settings.task_mode ? "SLURM_PROCID" : "SLURM_NODEID"});
     }
   }
 
@@ -386,6 +392,7 @@ class Parser {
   std::function<int()> gpu_count_;
   std::vector<std::string> warnings_;
   std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
+  std::optional<rdzv::Endpoint> endpoint_;       // --rdzv_endpoint, parsed (nullopt: none given)
 };
 
 }  // namespace
@@ -405,7 +412,7 @@ std::optional<StdSpec> parse_std_spec(const std::string& text) {
     spec.all = *v;
     return spec;
   }
-  for (const auto& item : split(text, ',')) {
+  for (const auto& item : rdzv::split(text, ',')) {
     auto colon = item.find(':');
     if (colon == std::string::npos || colon == 0) return std::nullopt;
     std::string rank = item.substr(0, colon);

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
+#include "launcher/flag_values.h"   // RdzvTimings
 #include "launcher/slurm_env.h"
+#include "rendezvous/endpoint.h"
 
 namespace ddprun::launcher {
 
@@ -46,29 +48,36 @@ std::optional<StdSpec> parse_std_spec(const std::string& text);
 // --nnodes, --node_rank, --master_addr, --master_port, --rdzv_endpoint, --standalone given, on the command
 // line or as PET_ variables). The derived settings (launcher/slurm_env.h) are the defaults of the flags they
 // stand for: a flag given with --slurm still wins. With c10d, the endpoint is <first host>:<first candidate
-// port> and rdzv_conf is_host defaults to "agent 0 hosts".
+// port> and is_host defaults to "agent 0 hosts".
 struct SlurmLaunch {
   bool auto_detected = false;
   SlurmSettings settings;             // everything derived
   std::vector<SlurmDerived> used;     // the derived settings no flag overrode (--dry-run prints them)
   std::vector<uint16_t> probe_ports;  // store ports to probe in order (launcher/slurm_port.h); empty when a
-                                      // flag gave the port (--master_port, or --rdzv_endpoint with c10d)
-  std::string store_host;             // host of the store: --master_addr, or the c10d endpoint's host
+                                      // flag gave the port (--rdzv_endpoint, or static's --master_port)
+  std::string store_host;             // host of the store: LaunchConfig::rdzv_endpoint's
   bool hosts_store = false;           // this agent hosts the store (node rank 0 / task 0)
 };
 
+// How the agents of a job meet (--rdzv_backend, --standalone). torchrun labels --standalone "c10d"; ddprun
+// runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
+enum class RendezvousKind { kStatic, kC10d, kStandalone };
+
 struct LaunchConfig {
-  int min_nodes = 1, max_nodes = 1;     // --nnodes N or MIN:MAX
-  int nproc_per_node = 1;               // resolved number
-  std::string nproc_spec = "1";         // as given: int|cpu|gpu|auto
-  std::string rdzv_backend = "static";  // static|c10d (etcd*: error "not supported by ddprun; use c10d")
-  std::string rdzv_endpoint;            // host[:port] as given, validated ("" = none; c10d then means
-                                        // localhost:29400 as in torchrun); "localhost:0" with --standalone
+  int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
+  int nproc_per_node = 1;                              // resolved number
+  std::string nproc_spec = "1";                        // as given: int|cpu|gpu|auto
+  RendezvousKind rdzv_kind = RendezvousKind::kStatic;  // etcd*: error "not supported by ddprun; use c10d"
+  // Where the agents meet, parsed once. kStatic: node 0's store, at --rdzv_endpoint when given (it must have
+  // a port), else at --master_addr:--master_port. kC10d: the rendezvous store, --rdzv_endpoint with port
+  // 29400 by default (none given: localhost:29400). kStandalone: 127.0.0.1 port 0 (the store binds a free
+  // port). Under Slurm without a port given, the port is the first of SlurmLaunch::probe_ports.
+  rdzv::Endpoint rdzv_endpoint{"127.0.0.1", 29500};
   std::string rdzv_id = "none";
-  // Validated keys only (REFERENCE §2 list). Values normalised: integers in plain decimal, is_host
-  // "true"/"false".
-  std::map<std::string, std::string> rdzv_conf;
-  bool standalone = false;
+  // --rdzv_conf (keys: launcher/flag_values.h): the timings, torchrun's defaults and aliases resolved, and
+  // is_host (nullopt: c10d hosts the store when the endpoint is an address of this machine).
+  RdzvTimings rdzv_timings;
+  std::optional<bool> is_host;
   int max_restarts = 0;
   double monitor_interval = 0.1;       // seconds (accepted for compatibility; ddprun is event-driven)
   std::string start_method = "spawn";  // spawn|fork|forkserver accepted, all mean exec here
@@ -77,11 +86,11 @@ struct LaunchConfig {
   std::string log_dir;  // "" = none
   StdSpec redirects, tee;
   std::optional<std::set<int>> local_ranks_filter;  // "0,2" ; nullopt = all
-  int node_rank = 0;
+  int node_rank = 0;                      // kStatic only (c10d and standalone ignore it, as torchrun does)
   std::string master_addr = "127.0.0.1";  // host only; brackets of "[::1]" removed
   uint16_t master_port = 29500;
   bool master_port_given = false;  // --master_port or PET_MASTER_PORT was given
-  std::string local_addr;
+  std::string local_addr;          // --local_addr: accepted and ignored for now (docs/cli.md)
   // Signal numbers, in the order given, without duplicates. Default
   // SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (torchrun: the first four). Names (SIGTERM, TERM, sigterm)
   // or numbers; SIGKILL/SIGSTOP/SIGCHLD rejected.
@@ -98,7 +107,6 @@ struct LaunchConfig {
   std::vector<std::string> training_script_args;
   std::optional<SlurmLaunch> slurm;  // --slurm / auto-detected; nullopt = Slurm's variables are ignored
 
-  bool is_elastic() const { return min_nodes != max_nodes || rdzv_backend == "c10d"; }
   // argv of worker `local_rank`: python -u [-m] script args (with ${local_rank} substituted), or the
   // program itself with --no_python; --run_path runs python -u script args. Pure.
   std::vector<std::string> worker_argv(int local_rank) const;

@@ -2,7 +2,8 @@
 //
 //   ddprun [torchrun flags] script.py [script args]
 //
-// Wiring only: command line -> LaunchConfig (validated) -> rendezvous handler -> ElasticAgent. Exit codes
+// Wiring only: command line -> LaunchConfig (validated, typed) -> rendezvous handler -> ElasticAgent, with
+// the AgentConfig of launcher/agent_config.h; --dry-run prints launcher/dry_run.h's plan instead. Exit codes
 // (docs/cli.md): 0 success, 2 bad command line, 3 store cannot listen / lost, 4 rendezvous failed, 5 a worker
 // could not be started, else the first failing worker's exit code (128+N for signal N); under Slurm 75 when
 // SIGTERM/SIGUSR1/SIGUSR2 stopped the job.
@@ -10,118 +11,63 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <csignal>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
-#include <thread>
+#include <memory>
 
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
 #include "agent/worker_env.h"
+#include "launcher/agent_config.h"
 #include "launcher/dry_run.h"
-#include "launcher/flag_values.h"
 #include "launcher/launch_config.h"
 #include "launcher/slurm_port.h"
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/endpoint.h"
 #include "rendezvous/static_rendezvous.h"
+#include "rendezvous/text_util.h"
 
 namespace {
 
 using ddprun::launcher::LaunchConfig;
-using ddprun::launcher::Std;
+using ddprun::launcher::RendezvousKind;
 
-std::string host_tag() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::string h(host);
-  return h.substr(0, h.find('.')) + ":" + std::to_string(getpid());
-}
-
-bool has(Std value, Std bit) {
-  return (static_cast<int>(value) & static_cast<int>(bit)) != 0;
-}
-
-std::chrono::milliseconds seconds(double s) {
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
-
-ddprun::agent::AgentConfig agent_config(const LaunchConfig& c, bool temp_logs_needed) {
-  ddprun::agent::AgentConfig a;
-  a.role = c.role;
-  a.script_name = c.training_script;
-  a.base_env = ddprun::agent::current_environment();
-  a.set_omp_threads = c.nproc_per_node > 1 && !a.base_env.count("OMP_NUM_THREADS");
-  a.max_restarts = c.max_restarts;
-  a.shutdown_grace = seconds(c.shutdown_timeout);
-  a.exit_barrier_timeout = seconds(c.exit_barrier_timeout);
-  a.hang_timeout = seconds(c.hang_timeout);
-  a.signals_to_handle = c.signals_to_handle;
-  if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) {
-      a.signal_exit_codes[sig] = ddprun::agent::kExitSlurmInterrupted;
-    }
-  }
-  a.log_dir = c.log_dir;
-  if (a.log_dir.empty() && temp_logs_needed) a.log_dir = std::filesystem::temp_directory_path();
-  if (c.is_elastic() && !c.standalone) {
-    a.node_tag = host_tag();
-  } else if (c.max_nodes > 1) {
-    a.node_tag = "n" + std::to_string(c.node_rank);
-  }
-  for (int lr = 0; lr < c.nproc_per_node; ++lr) {
-    Std redirect = c.redirects.for_rank(lr);
-    Std tee = c.tee.for_rank(lr);
-    bool shown = !c.local_ranks_filter || c.local_ranks_filter->count(lr);
-    ddprun::agent::WorkerOutput o;
-    o.stdout_to_file = has(redirect, Std::kOut) || has(tee, Std::kOut);
-    o.stderr_to_file = has(redirect, Std::kErr) || has(tee, Std::kErr);
-    o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
-    o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
-    o.prefix_console = tee != Std::kNone || c.local_ranks_filter.has_value() || c.max_nodes > 1;
-    a.workers.push_back({.argv = c.worker_argv(lr), .output = o});
-  }
-  return a;
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
-  if (c.is_elastic() && !c.standalone) {
+  const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
+  if (c.rdzv_kind == RendezvousKind::kC10d) {
     ddprun::rdzv::DynamicRendezvousOptions o;
     o.run_id = c.rdzv_id;
     o.min_nodes = c.min_nodes;
     o.max_nodes = c.max_nodes;
-    std::string error;
-    auto ep =
-        ddprun::rdzv::parse_endpoint(c.rdzv_endpoint.empty() ? "localhost" : c.rdzv_endpoint, 29400, error);
-    if (!ep) throw ddprun::rdzv::InvalidArgumentError(error);  // validated by the CLI layer already
-    o.endpoint_host = ep->host;
-    o.endpoint_port = ep->port;
-    if (auto it = c.rdzv_conf.find("is_host"); it != c.rdzv_conf.end()) o.is_host = it->second == "true";
-    const auto t = ddprun::launcher::rdzv_timings(c.rdzv_conf);
-    o.join_timeout = seconds(t.join_timeout);
-    o.last_call_timeout = seconds(t.last_call_timeout);
-    o.close_timeout = seconds(t.close_timeout);
-    o.keep_alive_interval = seconds(t.keep_alive_interval);
+    o.endpoint_host = c.rdzv_endpoint.host;
+    o.endpoint_port = c.rdzv_endpoint.port;
+    o.is_host = c.is_host;
+    o.join_timeout = millis(t.join_timeout);
+    o.last_call_timeout = millis(t.last_call_timeout);
+    o.close_timeout = millis(t.close_timeout);
+    o.keep_alive_interval = millis(t.keep_alive_interval);
     o.keep_alive_max_attempt = t.keep_alive_max_attempt;
-    o.read_timeout = seconds(t.read_timeout);
+    o.read_timeout = millis(t.read_timeout);
     return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
   }
-  ddprun::rdzv::StaticRendezvousOptions ro;
-  ro.run_id = c.rdzv_id;
-  ro.node_rank = c.node_rank;
-  ro.nnodes = c.max_nodes;
-  ro.master_addr = c.master_addr;
-  ro.master_port = c.master_port;
-  ro.host_store = c.node_rank == 0;
-  ro.join_timeout = seconds(ddprun::launcher::rdzv_timings(c.rdzv_conf).join_timeout);
-  ro.connect_timeout = ro.join_timeout;
-  if (c.standalone) {
-    ro.master_addr = "127.0.0.1";
-    ro.master_port = 0;
-    ro.bind_host = "127.0.0.1";
-    ro.host_store = true;
-  }
-  return std::make_unique<ddprun::rdzv::StaticRendezvous>(ro);
+  const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
+  ddprun::rdzv::StaticRendezvousOptions o;
+  o.run_id = c.rdzv_id;
+  o.node_rank = standalone ? 0 : c.node_rank;
+  o.nnodes = c.max_nodes;
+  o.master_addr = c.rdzv_endpoint.host;
+  o.master_port = c.rdzv_endpoint.port;
+  o.host_store = o.node_rank == 0;
+  if (standalone) o.bind_host = c.rdzv_endpoint.host;
+  o.join_timeout = millis(t.join_timeout);
+  o.connect_timeout = o.join_timeout;
+  return std::make_unique<ddprun::rdzv::StaticRendezvous>(o);
 }
 
 // make_rendezvous, except under Slurm without a port given: then on the first free candidate port (agent 0),
@@ -129,80 +75,55 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const LaunchConfig& c) {
   if (!c.slurm || c.slurm->probe_ports.empty()) return make_rendezvous(c);
   const ddprun::launcher::SlurmLaunch& s = *c.slurm;
-  auto at = [&c, &s](uint16_t port) {
+  auto at = [&c](uint16_t port) {
     LaunchConfig on_port = c;
-    if (c.rdzv_backend == "c10d") {
-      on_port.rdzv_endpoint = ddprun::rdzv::format_endpoint(s.store_host, port);
-    } else {
-      on_port.master_port = port;
-    }
+    on_port.rdzv_endpoint.port = port;
     return make_rendezvous(on_port);
   };
   const std::string& token = s.settings.step_token;
   if (s.hosts_store) {
     return ddprun::launcher::host_on_first_free_port(s.store_host, s.probe_ports, token, at).rendezvous;
   }
-  auto timeout = seconds(ddprun::launcher::rdzv_timings(c.rdzv_conf).join_timeout);
+  auto timeout = millis(c.rdzv_timings.join_timeout);
   return at(ddprun::launcher::find_step_store(s.store_host, s.probe_ports, token, timeout));
 }
 
-int print_plan(const LaunchConfig& c, const ddprun::agent::AgentConfig& a) {
-  ddprun::launcher::Plan plan;
-  plan.store_endpoint = ddprun::rdzv::format_endpoint(c.master_addr, c.master_port);
-  plan.node_rank = c.node_rank;
-  plan.nnodes = c.max_nodes;
-  plan.world_size = c.nproc_per_node * c.max_nodes;  // assumes every node runs --nproc_per_node workers
-  for (int lr = 0; lr < c.nproc_per_node; ++lr) {
-    ddprun::agent::WorkerIdentity who{.local_rank = lr,
-                                      .rank = c.node_rank * c.nproc_per_node + lr,
-                                      .local_world_size = c.nproc_per_node,
-                                      .world_size = plan.world_size,
-                                      .group_rank = c.node_rank,
-                                      .group_world_size = c.max_nodes,
-                                      .role = c.role};
-    ddprun::agent::RoundEnv round{.master_addr = c.master_addr,
-                                  .master_port = c.master_port,
-                                  .restart_count = 0,
-                                  .max_restarts = c.max_restarts,
-                                  .run_id = c.rdzv_id,
-                                  .use_agent_store = true,
-                                  .error_file = "<log_dir>/attempt_0/" + std::to_string(lr) + "/error.json"};
-    plan.workers.push_back({lr, who.rank, a.workers[static_cast<size_t>(lr)].argv,
-                            ddprun::agent::worker_env(a.base_env, who, round, a.set_omp_threads)});
-  }
-  std::cout << ddprun::launcher::format_plan(c, plan);
-  return 0;
+// Where temporary log directories go: $TMPDIR as std::filesystem reads it, or /tmp when $TMPDIR names no
+// directory.
+std::filesystem::path temp_dir() {
+  std::error_code ec;
+  auto dir = std::filesystem::temp_directory_path(ec);
+  return ec ? std::filesystem::path("/tmp") : dir;
 }
-
-}  // namespace
-
-namespace {
 
 // The whole launcher; main() only guards it.
 int run_launcher(int argc, char** argv) {
   LaunchConfig config;
   std::vector<std::string> args(argv, argv + argc);
-  auto parsed = ddprun::launcher::parse_launch_config(args, ddprun::agent::current_environment(), {}, config);
+  ddprun::launcher::LauncherContext context{.env = ddprun::agent::current_environment()};
+  auto parsed = ddprun::launcher::parse_launch_config(args, context.env, {}, config);
   if (parsed.should_exit) {
     (parsed.exit_code == 0 ? std::cout : std::cerr)
         << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
     return parsed.exit_code;
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
+  // A dry run is not the agent that will run: its pid would mislead.
+  const std::string pid = config.dry_run ? "<pid>" : std::to_string(getpid());
+  context.host_and_pid = ddprun::launcher::host_and_pid(ddprun::rdzv::local_hostname(), pid);
+  context.temp_dir = temp_dir();
+  if (config.dry_run) {
+    std::cout << ddprun::launcher::dry_run(config, context);
+    return 0;
+  }
 
   // Like torchrun, the agent's own messages go to stderr; stdout carries the workers' output only.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  // Elastic node ranks are known only after the rendezvous: tag those agents by host and pid instead.
-  std::string tag = config.is_elastic() && !config.standalone ? "ddprun " + host_tag()
-                    : config.max_nodes > 1                    ? "ddprun n" + std::to_string(config.node_rank)
-                                                              : "ddprun";
-  spdlog::set_pattern("[%H:%M:%S.%e] " + tag + " %l: %v");
+  const std::string tag = ddprun::launcher::node_tag(config, context.host_and_pid);
+  spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
 
-  bool temp_logs =
-      config.redirects != ddprun::launcher::StdSpec{} || config.tee != ddprun::launcher::StdSpec{};
-  auto agent_cfg = agent_config(config, temp_logs);
-  if (config.dry_run) return print_plan(config, agent_cfg);
+  auto agent_cfg = ddprun::launcher::agent_config(config, context);
   if (agent_cfg.set_omp_threads) {
     std::cerr << "ddprun: setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it "
                  "yourself to tune\n";
@@ -215,7 +136,10 @@ int run_launcher(int argc, char** argv) {
     spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node",
                   e.what());
     return ddprun::agent::kExitStoreFailed;
-  } catch (const ddprun::rdzv::StoreError& e) {
+  } catch (const ddprun::rdzv::RendezvousError& e) {  // the store cannot be reached (RendezvousStoreError)
+    spdlog::error("{}", e.what());
+    return ddprun::agent::kExitRendezvousFailed;
+  } catch (const ddprun::rdzv::StoreError& e) {  // Slurm store probing (slurm_port.h), a bad endpoint
     spdlog::error("{}", e.what());
     return ddprun::agent::kExitRendezvousFailed;
   }

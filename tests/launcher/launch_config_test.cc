@@ -1,4 +1,4 @@
-// Unit tests of the ddprun command line: launcher/launch_config.h and launcher/dry_run.h. Pure: no processes.
+// Unit tests of the ddprun command line: launcher/launch_config.h. Pure: no processes.
 #include "launcher/launch_config.h"
 
 #include <csignal>
@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "catch_compat.h"
-#include "launcher/dry_run.h"
 
 namespace {
 
@@ -64,9 +63,10 @@ std::vector<ValueFlag> value_flags() {
   auto nodes = [](C c) { return std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes); };
   auto num = [](auto v) { return std::to_string(v); };
   auto conf = [](C c) {
-    std::string s;
-    for (const auto& [k, v] : c.rdzv_conf) s += k + "=" + v + ";";
-    return s;
+    std::string s = c.is_host ? (*c.is_host ? "is_host=true;" : "is_host=false;") : "";
+    const RdzvTimings& t = c.rdzv_timings;
+    return s + "join_timeout=" + std::to_string(int(t.join_timeout)) +
+           ";read_timeout=" + std::to_string(int(t.read_timeout)) + ";";
   };
   auto filter = [](C c) {
     if (!c.local_ranks_filter) return std::string("all");
@@ -86,11 +86,11 @@ std::vector<ValueFlag> value_flags() {
       {{"--nproc_per_node", "--nproc-per-node"}, "PET_NPROC_PER_NODE", {}, "4",
        [=](C c) { return num(c.nproc_per_node) + " " + c.nproc_spec; }, "4 4"},
       {{"--rdzv_backend", "--rdzv-backend"}, "PET_RDZV_BACKEND", {}, "c10d",
-       [=](C c) { return c.rdzv_backend + num(c.is_elastic()); }, "c10d1"},
+       [=](C c) { return num(int(c.rdzv_kind == RendezvousKind::kC10d)); }, "1"},
       {{"--rdzv_endpoint", "--rdzv-endpoint"}, "PET_RDZV_ENDPOINT", {}, "10.0.0.1:1234",
-       [](C c) { return c.rdzv_endpoint; }, "10.0.0.1:1234"},
+       [](C c) { return c.rdzv_endpoint.to_string(); }, "10.0.0.1:1234"},
       {{"--rdzv_endpoint", "--rdzv-endpoint"}, "PET_RDZV_ENDPOINT", {"--rdzv_backend", "c10d"}, "[::1]",
-       [](C c) { return c.rdzv_endpoint; }, "[::1]"},
+       [](C c) { return c.rdzv_endpoint.to_string(); }, "[::1]:29400"},
       {{"--rdzv_id", "--rdzv-id"}, "PET_RDZV_ID", {}, "job7", [](C c) { return c.rdzv_id; }, "job7"},
       {{"--rdzv_conf", "--rdzv-conf"}, "PET_RDZV_CONF", {}, "join_timeout=060, is_host=Yes,read_timeout=5", conf,
        "is_host=true;join_timeout=60;read_timeout=5;"},
@@ -134,11 +134,12 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.max_nodes == 1);
   CHECK(c.nproc_per_node == 1);
   CHECK(c.nproc_spec == "1");
-  CHECK(c.rdzv_backend == "static");
-  CHECK(c.rdzv_endpoint.empty());
+  CHECK(c.rdzv_kind == RendezvousKind::kStatic);
+  CHECK(c.rdzv_endpoint == ddprun::rdzv::Endpoint{"127.0.0.1", 29500});  // --master_addr:--master_port
   CHECK(c.rdzv_id == "none");
-  CHECK(c.rdzv_conf.empty());
-  CHECK_FALSE(c.standalone);
+  CHECK(c.rdzv_timings.join_timeout == 600);
+  CHECK(c.rdzv_timings.keep_alive_max_attempt == 3);
+  CHECK_FALSE(c.is_host.has_value());
   CHECK(c.max_restarts == 0);
   CHECK(c.monitor_interval == 0.1);
   CHECK(c.start_method == "spawn");
@@ -160,7 +161,6 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.log_level == "info");
   CHECK(c.training_script == "train.py");
   CHECK(c.training_script_args.empty());
-  CHECK_FALSE(c.is_elastic());
   CHECK(o.gpu_calls == 0);
   CHECK(c.worker_argv(0) == Args{"python3", "-u", "train.py"});
 }
@@ -202,7 +202,7 @@ TEST_CASE("boolean flags: both spellings and PET_ variables (non-zero integer = 
     std::function<bool(C)> field;
   };
   auto row = GENERATE(values<Row>({
-      {{"--standalone"}, "PET_STANDALONE", [](C c) { return c.standalone; }},
+      {{"--standalone"}, "PET_STANDALONE", [](C c) { return c.rdzv_kind == RendezvousKind::kStandalone; }},
       {{"-m", "--module"}, "PET_MODULE", [](C c) { return c.module; }},
       {{"--no_python", "--no-python"}, "PET_NO_PYTHON", [](C c) { return c.no_python; }},
       {{"--run_path", "--run-path"}, "PET_RUN_PATH", [](C c) { return c.run_path; }},
@@ -514,19 +514,17 @@ TEST_CASE(
   auto o = parse({"--standalone", "--nproc_per_node", "2", "t.py"});
   REQUIRE(o.result.exit_code == 0);
   CHECK(o.result.message.empty());
-  CHECK(o.config.standalone);
-  CHECK(o.config.rdzv_backend == "c10d");
-  CHECK(o.config.rdzv_endpoint == "localhost:0");
+  CHECK(o.config.rdzv_kind == RendezvousKind::kStandalone);
+  CHECK(o.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"127.0.0.1", 0});  // the store binds a free port
   CHECK(o.config.min_nodes == 1);
   CHECK(o.config.max_nodes == 1);
-  CHECK(o.config.is_elastic());
 
   auto w = parse(
       {"--standalone", "--rdzv_endpoint", "h:1", "--rdzv-backend", "static", "--nnodes", "1:1", "t.py"});
   REQUIRE(w.result.exit_code == 0);
   REQUIRE_FALSE(w.result.should_exit);
-  CHECK(w.config.rdzv_endpoint == "localhost:0");
-  CHECK(w.config.rdzv_backend == "c10d");
+  CHECK(w.config.rdzv_endpoint.to_string() == "127.0.0.1:0");
+  CHECK(w.config.rdzv_kind == RendezvousKind::kStandalone);
   CHECK_THAT(w.result.message, Catch::Contains("ddprun: warning: --standalone ignores --rdzv_endpoint=h:1"));
   CHECK_THAT(w.result.message, Catch::Contains("--rdzv_backend=static"));
 }
@@ -535,14 +533,32 @@ TEST_CASE("c10d endpoints and elasticity", "[launcher][cli]") {
   auto o = parse({"--nnodes", "1:4", "--rdzv_backend", "c10d", "--rdzv_endpoint", "[fe80::1]:29401",
                   "--node_rank", "7", "t.py"});
   REQUIRE(o.result.exit_code == 0);  // node_rank is ignored by the c10d backend, as in torchrun
-  CHECK(o.config.rdzv_endpoint == "[fe80::1]:29401");
-  CHECK(o.config.is_elastic());
+  CHECK(o.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"fe80::1", 29401});
+  CHECK(o.config.rdzv_kind == RendezvousKind::kC10d);
   auto bare = parse({"--rdzv_backend", "c10d", "t.py"});
   REQUIRE(bare.result.exit_code == 0);
-  CHECK(bare.config.rdzv_endpoint.empty());
-  auto static_ep = parse({"--rdzv_endpoint", "[::1]:5000", "--nnodes", "2", "--node_rank", "1", "t.py"});
+  CHECK(bare.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"localhost", 29400});  // torchrun's default
+  auto blank = parse({"--rdzv_backend", "c10d", "--rdzv_endpoint", " ", "t.py"});
+  REQUIRE(blank.result.exit_code == 0);
+  CHECK(blank.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"localhost", 29400});
+  // The static backend: --rdzv_endpoint stands for --master_addr:--master_port (as in torchrun).
+  auto static_ep = parse({"--rdzv_endpoint", "[::1]:5000", "--nnodes", "2", "--node_rank", "1",
+                          "--master_addr", "10.0.0.9", "t.py"});
   REQUIRE(static_ep.result.exit_code == 0);
-  CHECK_FALSE(static_ep.config.is_elastic());
+  CHECK(static_ep.config.rdzv_kind == RendezvousKind::kStatic);
+  CHECK(static_ep.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"::1", 5000});
+  auto master = parse({"--master_addr", "[::1]", "--master_port", "7", "t.py"});
+  CHECK(master.config.rdzv_endpoint.to_string() == "[::1]:7");
+}
+
+TEST_CASE("rdzv_conf travels typed: timings with aliases resolved and is_host", "[launcher][cli]") {
+  auto o =
+      parse({"--rdzv_backend", "c10d", "--rdzv_conf", "timeout=45,heartbeat_timeout=20,is_host=n", "t.py"});
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.config.rdzv_timings.join_timeout == 45);
+  CHECK(o.config.rdzv_timings.keep_alive_max_attempt == 4);
+  CHECK(o.config.is_host == std::optional<bool>(false));
+  CHECK(parse({"--rdzv_conf", "is_host=1", "t.py"}).config.is_host == std::optional<bool>(true));
 }
 
 TEST_CASE("help and version exit 0 with text", "[launcher][cli]") {
@@ -584,77 +600,4 @@ TEST_CASE("visible CUDA devices follow CUDA_VISIBLE_DEVICES like the CUDA runtim
   CAPTURE(row.physical, row.cvd.value_or("<unset>"));
   CHECK(visible_cuda_devices(row.physical, row.cvd) == row.expected);
   CHECK(count_cuda_devices() >= 0);
-}
-
-TEST_CASE("dry run plan: header and one block per worker with quoted argv and sorted filtered env",
-          "[launcher][dry_run]") {
-  auto o = parse({"--nnodes", "2", "--node_rank", "1", "--nproc_per_node", "2", "-r", "0:1", "-t", "1:2",
-                  "--local_ranks_filter", "0", "--log_dir", "/tmp/l", "--dry-run", "t.py", "--msg",
-                  "hello world"});
-  REQUIRE(o.result.exit_code == 0);
-  REQUIRE(o.config.dry_run);
-  Plan plan;
-  plan.store_endpoint = "127.0.0.1:29500";
-  plan.node_rank = 1;
-  plan.nnodes = 2;
-  plan.world_size = 4;
-  for (int lr = 0; lr < 2; ++lr) {
-    PlanWorker w;
-    w.local_rank = lr;
-    w.rank = 2 + lr;
-    w.argv = o.config.worker_argv(lr);
-    w.env = {{"RANK", std::to_string(2 + lr)},
-             {"LOCAL_RANK", std::to_string(lr)},
-             {"PATH", "/usr/bin"},
-             {"TORCHELASTIC_RESTART_COUNT", "0"},
-             {"HOME", "/root"},
-             {"MASTER_ADDR", "127.0.0.1"},
-             {"OMP_NUM_THREADS", "1"},
-             {"WORLD_SIZE", "4"}};
-    plan.workers.push_back(w);
-  }
-  std::string text = format_plan(o.config, plan);
-  INFO(text);
-  CHECK_THAT(text, Catch::StartsWith("ddprun dry run: nothing was started\n"));
-  CHECK_THAT(text, Catch::Contains("store 127.0.0.1:29500"));
-  CHECK_THAT(text, Catch::Contains("node_rank 1 of 2 (--nnodes 2), world size 4"));
-  CHECK_THAT(text, Catch::Contains("SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 forwarded"));
-  CHECK_THAT(text,
-             Catch::Contains("worker local_rank 0 (rank 2):\n  argv: python3 -u t.py --msg 'hello world'\n"
-                             "  stdout: file, stderr: console\n"));
-  CHECK_THAT(text, Catch::Contains("worker local_rank 1 (rank 3):"));
-  CHECK_THAT(text, Catch::Contains("stdout: hidden (--local_ranks_filter), stderr: file\n"));
-  CHECK_THAT(text,
-             Catch::Contains("  env:\n    LOCAL_RANK=0\n    MASTER_ADDR=127.0.0.1\n    OMP_NUM_THREADS=1\n"
-                             "    RANK=2\n    TORCHELASTIC_RESTART_COUNT=0\n    WORLD_SIZE=4\n"));
-  CHECK(text.find("PATH=") == std::string::npos);
-  CHECK(text.find("HOME=") == std::string::npos);
-  CHECK(text.back() == '\n');
-}
-
-TEST_CASE("dry run helpers: env filter and shell quoting", "[launcher][dry_run]") {
-  auto [name, shown] = GENERATE(table<std::string, bool>({{"RANK", true},
-                                                          {"LOCAL_WORLD_SIZE", true},
-                                                          {"TORCHELASTIC_RUN_ID", true},
-                                                          {"TORCH_NCCL_ASYNC_ERROR_HANDLING", true},
-                                                          {"DDPRUN_X", true},
-                                                          {"NCCL_DEBUG", true},
-                                                          {"CUDA_VISIBLE_DEVICES", true},
-                                                          {"PATH", false},
-                                                          {"RANKS", false},
-                                                          {"MY_RANK", false},
-                                                          {"TORCH_HOME", false},
-                                                          {"", false}}));
-  CAPTURE(name);
-  CHECK(is_plan_env_var(name) == shown);
-
-  auto [arg, quoted] = GENERATE(table<std::string, std::string>({{"plain", "plain"},
-                                                                 {"--lr=0.1", "--lr=0.1"},
-                                                                 {"a b", "'a b'"},
-                                                                 {"", "''"},
-                                                                 {"it's", "'it'\\''s'"},
-                                                                 {"$HOME", "'$HOME'"},
-                                                                 {"/p/x.py", "/p/x.py"}}));
-  CAPTURE(arg);
-  CHECK(shell_quote(arg) == quoted);
 }

@@ -271,7 +271,8 @@ TEST_CASE("under srun ddprun takes the derived settings as defaults") {
   CHECK(c.master_port == 20001);
   CHECK_FALSE(c.master_port_given);
   CHECK(c.rdzv_id == "1");
-  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_kind == RendezvousKind::kStatic);
+  CHECK(c.rdzv_endpoint.to_string() == "n1:20001");
   CHECK(c.slurm->probe_ports == slurm_port_candidates(1));
   CHECK(c.slurm->store_host == "n1");
   CHECK_FALSE(c.slurm->hosts_store);
@@ -359,8 +360,8 @@ TEST_CASE("c10d under Slurm: endpoint on the first host, agent 0 hosts the store
   INFO(p.result.message);
   REQUIRE_FALSE(p.result.should_exit);
   REQUIRE(p.config.slurm);
-  CHECK(p.config.rdzv_endpoint == "n1:20001");
-  CHECK(p.config.rdzv_conf.at("is_host") == "false");
+  CHECK(p.config.rdzv_endpoint.to_string() == "n1:20001");
+  CHECK(p.config.is_host == std::optional<bool>(false));
   CHECK(p.config.slurm->store_host == "n1");
   CHECK(p.config.slurm->probe_ports.size() == 8);
   for (const auto& d : p.config.slurm->used) CHECK(d.setting != "--master_addr");
@@ -370,13 +371,13 @@ TEST_CASE("c10d under Slurm: endpoint on the first host, agent 0 hosts the store
   REQUIRE(host.config.slurm);
   CHECK(host.config.min_nodes == 1);
   CHECK(host.config.max_nodes == 2);
-  CHECK(host.config.rdzv_conf.at("is_host") == "true");
+  CHECK(host.config.is_host == std::optional<bool>(true));
   auto given =
       parse({"--slurm", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h9:555", "train.py"}, srun_env());
   REQUIRE(given.config.slurm);
-  CHECK(given.config.rdzv_endpoint == "h9:555");
+  CHECK(given.config.rdzv_endpoint.to_string() == "h9:555");
   CHECK(given.config.slurm->probe_ports.empty());
-  CHECK_FALSE(given.config.rdzv_conf.count("is_host"));
+  CHECK_FALSE(given.config.is_host.has_value());
   auto chosen =
       parse({"--rdzv_backend", "c10d", "--rdzv_conf", "is_host=1", "train.py"}, srun_env());  // node 1
   REQUIRE(chosen.config.slurm);
@@ -396,6 +397,9 @@ TEST_CASE("dry run shows each derived setting and the variable it came from") {
                  Catch::Contains("    --node_rank 1  <- SLURM_NODEID=1\n") &&
                  Catch::Contains("    --master_addr n1  <- SLURM_STEP_NODELIST=n[1-2] (first host)\n") &&
                  Catch::Contains("    --rdzv_id 1  <- SLURM_JOB_ID=1\n"));
-  Plan plan;
-  CHECK_THAT(format_plan(p.config, plan), Catch::Contains(text));
+  const std::string plan = dry_run(p.config, LauncherContext{});
+  CHECK_THAT(plan, Catch::Contains(text));
+  // Node 1 probes node 0's store port among the candidates; its ranks add up node 0's workers.
+  CHECK_THAT(plan, Catch::Contains("    MASTER_ADDR=n1\n    MASTER_PORT=<probed among 20001,21010,"));
+  CHECK_THAT(plan, Catch::Contains("    RANK=<decided at the rendezvous>\n"));
 }

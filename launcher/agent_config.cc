@@ -1,0 +1,68 @@
+#include "launcher/agent_config.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+
+#include "agent/exit_codes.h"
+
+namespace ddprun::launcher {
+namespace {
+
+bool has(Std value, Std bit) {
+  return (static_cast<int>(value) & static_cast<int>(bit)) != 0;
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+agent::WorkerOutput worker_output(const LaunchConfig& c, int local_rank) {
+  const Std redirect = c.redirects.for_rank(local_rank);
+  const Std tee = c.tee.for_rank(local_rank);
+  const bool shown = !c.local_ranks_filter || c.local_ranks_filter->count(local_rank);
+  agent::WorkerOutput o;
+  o.stdout_to_file = has(redirect, Std::kOut) || has(tee, Std::kOut);
+  o.stderr_to_file = has(redirect, Std::kErr) || has(tee, Std::kErr);
+  o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
+  o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
+  o.prefix_console = tee != Std::kNone || c.local_ranks_filter.has_value() || c.max_nodes > 1;
+  return o;
+}
+
+}  // namespace
+
+std::string host_and_pid(const std::string& host_name, const std::string& pid) {
+  return host_name.substr(0, host_name.find('.')) + ":" + pid;
+}
+
+std::string node_tag(const LaunchConfig& c, const std::string& host_and_pid) {
+  if (c.rdzv_kind == RendezvousKind::kC10d) return host_and_pid;
+  return c.max_nodes > 1 ? "n" + std::to_string(c.node_rank) : "";
+}
+
+agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& context) {
+  agent::AgentConfig a;
+  a.role = c.role;
+  a.script_name = c.training_script;
+  a.base_env = context.env;
+  a.set_omp_threads = c.nproc_per_node > 1 && !a.base_env.count("OMP_NUM_THREADS");
+  a.max_restarts = c.max_restarts;
+  a.shutdown_grace = millis(c.shutdown_timeout);
+  a.exit_barrier_timeout = millis(c.exit_barrier_timeout);
+  a.hang_timeout = millis(c.hang_timeout);
+  a.signals_to_handle = c.signals_to_handle;
+  if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) a.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;
+  }
+  a.log_dir = c.log_dir;
+  const bool log_files_asked = c.redirects != StdSpec{} || c.tee != StdSpec{};
+  if (a.log_dir.empty() && log_files_asked) a.log_dir = context.temp_dir;
+  a.node_tag = node_tag(c, context.host_and_pid);
+  for (int lr = 0; lr < c.nproc_per_node; ++lr) {
+    a.workers.push_back({.argv = c.worker_argv(lr), .output = worker_output(c, lr)});
+  }
+  return a;
+}
+
+}  // namespace ddprun::launcher
