@@ -14,7 +14,7 @@ namespace ddprun::launcher {
 
 namespace {
 
-// The keys --rdzv_conf accepts (REFERENCE §2).
+// The keys --rdzv_conf accepts: torchrun's (docs/cli.md lists them with their meaning).
 // clang-format off
 const std::vector<std::string> kRdzvConfKeys = {
     "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",

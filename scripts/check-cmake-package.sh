@@ -54,8 +54,15 @@ endif()
 CMAKE
 cat >"$tmp/consumer/main.cc" <<'CXX'
 #include <cstdio>
+#include <string>
 
+// Every public header compiles on its own (no header that is not installed).
+#include "ddprun/backends.h"
 #include "ddprun/context.h"
+#include "ddprun/process_group.h"
+#include "ddprun/progress.h"
+#include "ddprun/rdzv/store.h"
+#include "ddprun/rdzv/store_error.h"
 #ifdef WITH_TORCH
 #include <torch/torch.h>
 
@@ -77,6 +84,10 @@ int main() {
   ddprun::sdk::all_reduce(ctx->process_group(), g, ddprun::sdk::ReduceOp::kAvg);
   if (!torch::equal(g, model->weight.grad())) return 1;  // already averaged by backward
 #endif
+  if (ddprun::rdzv::Store* store = ctx->store()) {  // the job's store, through the installed interface
+    store->set("consumer/rank_" + std::to_string(ctx->rank()), "here");
+    if (store->add("consumer/count", 1) < 1) return 1;
+  }
   ctx->barrier();
   std::printf("consumer ok: rank %d of %d\n", ctx->rank(), ctx->world_size());
   return 0;

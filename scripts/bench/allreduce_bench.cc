@@ -8,7 +8,7 @@
 // rank). The time of a size is the slowest rank's. Rank 0 prints one JSON line per size:
 //   {"impl":"ddprun","transport":"cpu: shm(4)","ranks":4,"bytes":...,"iters":...,"time_us":...,
 //    "algbw_GBps":...,"busbw_GBps":...}
-// algbw = bytes / time; busbw = algbw * 2(n-1)/n (the bytes each rank must move in a ring; REFERENCE §4).
+// algbw = bytes / time; busbw = algbw * 2(n-1)/n (the bytes each rank must move in a ring, as in nccl-tests).
 // cpu_ms: CPU time (user + system) of all ranks together per all-reduce: the cost, which a loaded machine
 // disturbs less than the wall-clock time.
 // --check verifies the result of the last iteration of each size (exits 1 on a mismatch).

@@ -9,10 +9,7 @@
 #include <string>
 
 #include "ddprun/process_group.h"
-
-namespace ddprun::rdzv {
-class Store;
-}
+#include "ddprun/rdzv/store.h"
 
 namespace ddprun::sdk {
 
