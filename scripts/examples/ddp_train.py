@@ -77,10 +77,13 @@ def parse_args():
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--pg-timeout", type=float, default=60,
+                   help="init_process_group's timeout in seconds: how long a collective waits for a missing rank "
+                   "(torch's default for gloo is 1800)")
     p.add_argument("--stamp", help="append '<event> <attempt> <rank> <unix ns>' lines to this file: 'start' "
                    "when the script starts (before torch is imported), 'first-step' when the rank completes "
                    "its first step of the attempt (optimizer step done), 'crash' just before a "
-                   "--fail-until-attempt crash (CLOCK_REALTIME; one O_APPEND write each)")
+                   "--fail-until-attempt crash, 'hang' when --hang-rank stops (CLOCK_REALTIME; one O_APPEND write each)")
     return p.parse_args()
 
 
@@ -89,7 +92,7 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     assert dist.get_rank() == rank and dist.get_world_size() == world
 
     torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
@@ -113,6 +116,7 @@ def main():
     for step in range(start, args.steps):
         if rank == args.hang_rank and step == args.hang_step and attempt == args.hang_attempt:
             print(f"rank {rank}: hanging at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
+            stamp(args.stamp, "hang", attempt, rank)
             stuck_in_data_loading()
         x = torch.randn(args.batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
