@@ -44,7 +44,8 @@ bool is_executable_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// execvp's lookup, done in the agent so that a missing program is an exception, not a dead child.
+}  // namespace
+
 std::string find_program(const std::string& name, const std::map<std::string, std::string>& env,
                          const std::string& who) {
   if (name.empty()) throw std::invalid_argument(who + ": argv[0] is empty");
@@ -75,6 +76,8 @@ std::string find_program(const std::string& name, const std::map<std::string, st
   throw std::system_error(ENOENT, std::generic_category(),
                           who + ": program '" + name + "' not found in PATH=" + path);
 }
+
+namespace {
 
 UniqueFd open_output_file(const std::filesystem::path& file, const std::string& who) {
   // O_APPEND after O_TRUNC: stdout and stderr sent to one file do not overwrite each other.

@@ -62,6 +62,12 @@ namespace ddprun::agent {
 // "SIGTERM"; the number as text when the signal has no name (real-time signals).
 std::string signal_name(int sig);
 
+// execvp's lookup, done in the agent so that a missing program is an exception, not a dead child: `name`
+// itself when it contains a '/', else the first executable file `name` in env's PATH (the agent's PATH when
+// env has none). Throws std::system_error whose message starts with `who` and names the program.
+std::string find_program(const std::string& name, const std::map<std::string, std::string>& env,
+                         const std::string& who);
+
 struct ExitStatus {
   int exit_code = 0;  // set when the worker exited normally
   int signal = 0;     // set (and exit_code 0) when a signal killed it

@@ -384,6 +384,18 @@ class Parser {
     master(c);
     launch(c);
     slurm_finish(c);
+    fixed_port_for_many_nodes(c);
+  }
+
+  // Port 0 lets the store bind any free port: only its own node would know which.
+  void fixed_port_for_many_nodes(const LaunchConfig& c) {
+    const bool probed = c.slurm && !c.slurm->probe_ports.empty();
+    if (c.rdzv_kind == RendezvousKind::kStandalone || c.max_nodes == 1 || probed || c.rdzv_endpoint.port != 0)
+      return;
+    const char* flag = given("--rdzv_endpoint") ? "--rdzv_endpoint" : "--master_port";
+    throw UsageError(std::string("ddprun: port 0 (") + flag + "=" + get(flag).text +
+                     ") means any free port, which the other nodes of --nnodes=" + get("--nnodes").text +
+                     " could not know; give a fixed port");
   }
 
   ArgApp app_{"", "ddprun"};

@@ -3,9 +3,10 @@
 //   ddprun [torchrun flags] script.py [script args]
 //
 // Wiring only: command line -> LaunchConfig (validated, typed) -> rendezvous handler -> ElasticAgent, with
-// the AgentConfig of launcher/agent_config.h; --dry-run prints launcher/dry_run.h's plan instead. Exit codes
-// (docs/cli.md): 0 success, 2 bad command line, 3 store cannot listen / lost, 4 rendezvous failed, 5 a worker
-// could not be started, else the first failing worker's exit code (128+N for signal N); under Slurm 75 when
+// the AgentConfig of launcher/agent_config.h, after launcher/preflight.h's checks; --dry-run prints
+// launcher/dry_run.h's plan instead. Exit codes (docs/cli.md): 0 success, 2 bad command line (or a program or
+// script that is not there), 3 store cannot listen / lost, 4 rendezvous failed, 5 a worker could not be
+// started, 6 hung, else the first failing worker's exit code (128+N for signal N); under Slurm 75 when
 // SIGTERM/SIGUSR1/SIGUSR2 stopped the job.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -24,6 +25,7 @@
 #include "launcher/agent_config.h"
 #include "launcher/dry_run.h"
 #include "launcher/launch_config.h"
+#include "launcher/preflight.h"
 #include "launcher/slurm_port.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
@@ -122,6 +124,12 @@ int run_launcher(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   const std::string tag = ddprun::launcher::node_tag(config, context.host_and_pid);
   spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
+
+  std::error_code cwd_error;
+  const auto cwd = std::filesystem::current_path(cwd_error);
+  const auto problems = ddprun::launcher::preflight(config, context.env, cwd_error ? "." : cwd.string());
+  for (const std::string& problem : problems) std::cerr << problem << "\n";
+  if (!problems.empty()) return ddprun::agent::kExitUsage;
 
   auto agent_cfg = ddprun::launcher::agent_config(config, context);
   if (agent_cfg.set_omp_threads) {

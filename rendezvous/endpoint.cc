@@ -1,5 +1,7 @@
 #include "rendezvous/endpoint.h"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 
 namespace ddprun::rdzv {
@@ -13,6 +15,18 @@ std::string format_endpoint(std::string_view host, uint16_t port) {
   }
   return out.append(":").append(std::to_string(port));
 }
+
+namespace {
+
+// An IPv6 address, with or without a zone ("fe80::2%eth0").
+bool is_ipv6_literal(std::string_view text) {
+  auto zone = text.find('%');
+  if (zone != std::string_view::npos && zone + 1 == text.size()) return false;
+  in6_addr addr{};
+  return inet_pton(AF_INET6, std::string(text.substr(0, zone)).c_str(), &addr) == 1;
+}
+
+}  // namespace
 
 std::string Endpoint::to_string() const { return format_endpoint(host, port); }
 
@@ -49,7 +63,17 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::optional<uint
     auto first = text.find(':');
     auto last = text.rfind(':');
     if (first != std::string_view::npos && first != last) {
-      ep.host = std::string(text);  // bare IPv6 literal: no port possible
+      // Several ':' without brackets: an IPv6 literal ("::1"), else one followed by a port ("::1:29400",
+      // as torchrun reads it). Anything else ("::::") is refused here, not left to fail at connect time.
+      if (is_ipv6_literal(text)) {
+        ep.host = std::string(text);
+      } else if (is_ipv6_literal(text.substr(0, last))) {
+        ep.host = std::string(text.substr(0, last));
+        port_text = text.substr(last + 1);
+        has_port = true;
+      } else {
+        return fail("several ':' but neither an IPv6 address nor one followed by :port (write [ipv6]:port)");
+      }
     } else if (first != std::string_view::npos) {
       ep.host = std::string(text.substr(0, first));
       port_text = text.substr(first + 1);

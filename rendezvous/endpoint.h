@@ -1,7 +1,8 @@
 // Parsing and printing of "host:port" endpoints, the form every ddprun flag and message uses.
 //
-// Accepted forms: "host", "host:port", "1.2.3.4:port", "[v6addr]:port", "[v6addr]", and a bare IPv6
-// address without brackets when it has more than one ':' ("::1", "fe80::2") - then no port can be given.
+// Accepted forms: "host", "host:port", "1.2.3.4:port", "[v6addr]:port", "[v6addr]", and without brackets
+// a whole IPv6 address ("::1", "fe80::2": no port) or, when the whole is not one, an IPv6 address followed
+// by ":port" ("::1:29400", as torchrun reads it). Several ':' that are neither ("::::") are an error.
 // Pure functions, no name resolution, thread-safe.
 #pragma once
 

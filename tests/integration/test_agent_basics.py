@@ -8,8 +8,8 @@ import socket
 import time
 import unittest
 
-from ddprun_testlib import (AGENT_LOG_LINE, FAKE_WORKER, IntegrationTestCase, free_port, read_json_file,
-                            wait_until)
+from ddprun_testlib import (AGENT_LOG_LINE, FAKE_WORKER, PYTHON, IntegrationTestCase, free_port,
+                            read_json_file, wait_until)
 
 WAIT = 60  # seconds: generous bound for a fake-worker job on a busy 2-core machine
 
@@ -281,13 +281,21 @@ class DryRunAndErrors(IntegrationTestCase):
         self.assertRegex(agent.output(), rf"(127\.0\.0\.1|0\.0\.0\.0|\[::\]|localhost):{port}\b")
         self.assertEqual(glob.glob(self.path("pid_*")), [])
 
-    def test_missing_program_exits_5(self):
+    def test_missing_program_or_script_is_refused_before_the_rendezvous(self):
+        # Node 1 of 2 with nobody else coming: a rendezvous would wait for its join timeout; the preflight
+        # refuses at once (exit 2).
         missing = self.path("no-such-program")
-        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "2", "--no_python", missing], WAIT)
-        self.assertEqual(rc, 5, agent.describe())
-        self.assertIn(missing, agent.output())
-        self.assertRegex(agent.output(), r"No such file|not found")
-        self.assertEqual(self.live_processes(), [])
+        lonely = ["--nnodes", "2", "--node_rank", "1", "--master_port", str(free_port()), "--nproc_per_node", "2"]
+        for args, named in (([*lonely, "--no_python", missing], missing),
+                            ([*lonely, "--python", PYTHON, self.path("no_such_script.py")], "no_such_script.py"),
+                            ([*lonely, "--python", self.path("no-python"), "-m", "json.tool"], "no-python")):
+            with self.subTest(named=named):
+                agent, rc = self.run_agent(args, 30)
+                self.assertEqual(rc, 2, agent.describe())
+                self.assertIn(named, agent.output())
+                self.assertRegex(agent.output(), r"No such file|not found")
+                self.assertNotIn("rendezvous", agent.output())
+                self.assertEqual(self.live_processes(), [])
 
     def test_static_single_node_with_free_port(self):
         port = free_port()

@@ -33,6 +33,9 @@ TEST_CASE("parse_endpoint accepts the documented forms", "[endpoint]") {
       {"::1", 29400, "::1", 29400},  // bare IPv6: no port possible
       {"fe80::2", 7, "fe80::2", 7},
       {"::", 7, "::", 7},
+      {"fe80::2%eth0", 7, "fe80::2%eth0", 7},
+      {"::1:29400", std::nullopt, "::1", 29400},  // not an address as a whole: the last field is the port
+      {"fe80::2:8080", 7, "fe80::2:8080", 7},     // an address as a whole: no port (write [fe80::2]:8080)
   };
   for (const Good& c : cases) {
     INFO("'" << c.text << "'");
@@ -61,6 +64,9 @@ TEST_CASE("parse_endpoint rejects malformed input with a message quoting it", "[
       {"host:+1", "port '+1'"},
       {"host:80x", "port '80x'"},
       {"[::1", "missing ']'"},
+      {"::::", "neither an IPv6 address"},
+      {"a:b:c", "neither an IPv6 address"},
+      {"::1:99999", "port '99999'"},
       {"[::1]x", "unexpected text after ']'"},
       {"[::1]:", "port ''"},
       {"[::1]:99999", "port '99999'"},
