@@ -165,8 +165,10 @@ void on_signal(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, 
     return;
   }
   if (g.signal != 0 || g.state == GroupState::kStopping) {
-    plan.warn("received " + signal_name(e.signal) +
-              (g.signal != 0 ? " again" : " while the workers were being stopped") + ": killing the workers now");
+    const std::string after = g.signal == 0                ? " while the workers were being stopped"
+                              : g.signal == e.signal ? " again"
+                                                     : " after " + signal_name(g.signal);
+    plan.warn("received " + signal_name(e.signal) + after + ": killing the workers now");
     plan.add(Action::Kind::kKillWorkers);
     if (g.signal == 0) g.signal = e.signal;
     return;

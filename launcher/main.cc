@@ -141,7 +141,8 @@ int run_launcher(int argc, char** argv) {
   try {
     rdzv = make_rendezvous_on_port(config);
   } catch (const ddprun::rdzv::BindError& e) {
-    spdlog::error("{}; use another port (--master_port / --rdzv_endpoint), or --standalone on a single node",
+    spdlog::error("{}; pick another port (--master_port, or --rdzv_endpoint HOST:PORT), or use --standalone on "
+                  "a single node (a free port)",
                   e.what());
     return ddprun::agent::kExitStoreFailed;
   } catch (const ddprun::rdzv::RendezvousError& e) {  // the store cannot be reached (RendezvousStoreError)

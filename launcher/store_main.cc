@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   try {
     server = std::make_unique<StoreServer>(io, opts);
   } catch (const BindError& e) {
-    std::cerr << "ddprun-store: " << e.what() << "\n";
+    std::cerr << "ddprun-store: " << e.what() << "; pick another --port (0: a free one)\n";
     return 3;
   }
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

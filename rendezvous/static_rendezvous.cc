@@ -80,22 +80,31 @@ void StaticRendezvous::wait_complete(int r) {
           std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
     }
     if (Clock::now() < deadline) {
-      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for the others at {}", run_id(), r, joined,
-                   n, endpoint());
+      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for node ranks {} at {}", run_id(), r,
+                   joined, n, missing_node_ranks(r), endpoint());
       continue;
     }
-    std::string missing;
-    for (int i = 0; i < n; ++i) {
-      if (!store_->check({round_key(r, "lws/" + std::to_string(i))})) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-      }
-    }
+    const std::string missing = missing_node_ranks(r);
     throw RendezvousTimeoutError("rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " +
                                  std::to_string(joined) + " of " + std::to_string(n) + " nodes joined within " +
                                  std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() +
                                  "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
                                  std::to_string(n) + " and the same --master_addr/--master_port");
   }
+}
+
+std::string StaticRendezvous::missing_node_ranks(int r) {
+  std::string missing;
+  int listed = 0, more = 0;
+  for (int i = 0; i < options_.nnodes; ++i) {
+    if (store_->check({round_key(r, "lws/" + std::to_string(i))})) continue;
+    if (listed++ < 32) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    } else {
+      ++more;
+    }
+  }
+  return more > 0 ? missing + " and " + std::to_string(more) + " more" : missing;
 }
 
 RendezvousInfo StaticRendezvous::round_info(int r) {

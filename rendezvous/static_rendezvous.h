@@ -53,6 +53,8 @@ class StaticRendezvous final : public RendezvousBase {
   void claim_node_rank(int r);
   // Waits until round r is complete (RendezvousTimeoutError at join_timeout, or when the store went away).
   void wait_complete(int r);
+  // "1, 3" (at most 32 listed, then "and N more"): the node ranks that have not joined round r yet.
+  std::string missing_node_ranks(int r);
   RendezvousInfo round_info(int r);
 
   StaticRendezvousOptions options_;

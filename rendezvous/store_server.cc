@@ -308,8 +308,7 @@ void StoreServer::Impl::bind() {
     if (ec == asio::error::address_in_use) break;  // the same port on the fallback would fail too
   }
   std::string hint = last == asio::error::address_in_use
-                         ? "another process (a store, ddprun or torchrun) holds the port; pick another port "
-                           "or use port 0"
+                         ? "another process (a store, ddprun or torchrun) holds the port"
                          : "check that the address belongs to this machine";
   throw BindError("cannot listen on " + format_endpoint(host.empty() ? "::" : host, options.port) + ": " +
                   last.message() + "; " + hint);

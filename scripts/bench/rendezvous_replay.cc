@@ -1,5 +1,6 @@
 // ddprun-rendezvous-replay: the requests of DynamicRendezvous's first round, replayed for N nodes by one
-// event-driven client thread against one StoreServerThread on loopback. A benchmark, not a test.
+// event-driven client thread against one StoreServerThread on loopback (in a child process: see StoreProcess).
+// A benchmark, not a test.
 //
 //   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S]
 //
@@ -32,6 +33,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,10 +41,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/wire_codec.h"
+#include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {
 namespace {
@@ -66,6 +71,79 @@ double cpu_ms(clockid_t clock) {
   clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
+
+// The store in a child process of its own, so that this process's descriptors are all the clients': a node
+// costs one socket on each side, and one process holds about 20,000 descriptors here (16,000 nodes need
+// 32,000). The child serves until its command pipe closes; stats() asks it for its counters and CPU time.
+class StoreProcess {
+ public:
+  struct Stats {
+    uint64_t requests = 0, connections = 0;
+    double cpu_ms = 0;
+  };
+
+  StoreProcess() {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      close(to_child[1]);
+      close(from_child[0]);
+      serve(to_child[0], from_child[1]);  // never returns
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    out_ = to_child[1];
+    in_ = fdopen(from_child[0], "r");
+    port_ = static_cast<uint16_t>(std::stoul(line()));
+  }
+  StoreProcess(const StoreProcess&) = delete;
+  StoreProcess& operator=(const StoreProcess&) = delete;
+  ~StoreProcess() {
+    close(out_);
+    fclose(in_);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  uint16_t port() const { return port_; }
+  Stats stats() {
+    if (write(out_, "s", 1) != 1) throw std::runtime_error("the store process is gone");
+    Stats st;
+    std::istringstream(line()) >> st.requests >> st.connections >> st.cpu_ms;
+    return st;
+  }
+
+ private:
+  [[noreturn]] static void serve(int commands, int replies) {
+    raise_fd_limit();
+    spdlog::set_level(spdlog::level::warn);
+    {
+      rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+      auto say = [replies](const std::string& text) {
+        return write(replies, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      };
+      char c = 0;
+      bool ok = say(std::to_string(server.port()) + "\n");
+      while (ok && read(commands, &c, 1) == 1) {
+        const auto st = server.stats();
+        ok = say(std::to_string(st.requests) + " " + std::to_string(st.connections) + " " +
+                 std::to_string(cpu_ms(CLOCK_PROCESS_CPUTIME_ID)) + "\n");
+      }
+    }
+    _exit(0);
+  }
+  std::string line() {
+    char buf[256];
+    if (!fgets(buf, sizeof buf, in_)) throw std::runtime_error("the store process did not answer");
+    return buf;
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  FILE* in_ = nullptr;
+  uint16_t port_ = 0;
+};
 
 // What a request's reply is made of.
 enum class Reply { kNone, kU8, kU32, kI64, kBytes, kManyBytes };
@@ -288,13 +366,9 @@ std::string verify(const std::vector<std::unique_ptr<Node>>& nodes) {
 }
 
 int run(int n, int min, double timeout_s) {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
+  raise_fd_limit();
   spdlog::set_level(spdlog::level::warn);
-  rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+  StoreProcess server;  // before any thread or io_context of this process: it forks
   asio::io_context io;
   Round round{.nodes = n, .min = min, .io = &io};
   tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), server.port());
@@ -321,13 +395,13 @@ int run(int n, int min, double timeout_s) {
   io.run();
   io.restart();
   const auto stats1 = server.stats();
-  const double thread0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), process0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+  const double thread0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
   round.on_all_returned = [&] { deadline.cancel(); };
   for (auto& node : nodes) node->run();
   if (shaken == n) io.run();
   const double clients_cpu = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - thread0;
-  const double store_cpu = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - process0 - clients_cpu;
   const auto stats2 = server.stats();
+  const double store_cpu = stats2.cpu_ms - stats1.cpu_ms;
 
   std::string error = shaken < n ? "the handshakes did not finish" : round.error;
   if (error.empty()) error = verify(nodes);

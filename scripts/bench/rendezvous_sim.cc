@@ -54,6 +54,7 @@
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_server.h"
+#include "scripts/bench/fd_limit.h"
 
 extern char** environ;
 
@@ -78,14 +79,6 @@ struct Options {
 
 int local_world_size(int idx) {
   return 1 + idx % 4;
-}
-
-void raise_fd_limit() {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
 }
 
 // CPU time (user + system) this process has used so far, in milliseconds.

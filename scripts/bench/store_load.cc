@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "rendezvous/wire_codec.h"
+#include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {
 namespace {
@@ -85,14 +86,6 @@ struct Options {
   int server_pid = 0;
   std::string label;
 };
-
-void raise_fd_limit() {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
 
 // Memory and descriptors of the server process, from /proc; zeros when unavailable.
 struct ServerSample {

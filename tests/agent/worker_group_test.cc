@@ -197,9 +197,17 @@ TEST_CASE("a second signal kills the workers at once") {
   f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGTERM});
   auto a = f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGINT});
   CHECK(kinds(a) == std::vector{AK::kKillWorkers});
-  CHECK(logs(a) == "received SIGINT again: killing the workers now\n");
+  CHECK(logs(a) == "received SIGINT after SIGTERM: killing the workers now\n");
   a = f.stopped();
   CHECK(a.back().exit_code == 128 + SIGTERM);  // the first signal decides
+}
+
+TEST_CASE("the same signal twice: 'again'") {
+  Fixture f;
+  f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGINT});
+  auto a = f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGINT});
+  CHECK(kinds(a) == std::vector{AK::kKillWorkers});
+  CHECK(logs(a) == "received SIGINT again: killing the workers now\n");
 }
 
 TEST_CASE("a signal while the group stops for a failure kills the workers, and the signal decides the code") {
