@@ -3,6 +3,7 @@
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
 #include <cstring>
 #include <thread>
 
@@ -28,6 +29,8 @@ std::string keys_text(const std::vector<std::string>& keys) {
 
 }  // namespace
 
+constexpr auto kConnectWarningInterval = std::chrono::seconds(10);
+
 // One TCP connection with buffered, deadline-bounded reads and writes (Asio's "blocking client with
 // timeouts" pattern: start an async operation, run the private io_context until the deadline).
 class StoreClient::Connection {
@@ -37,11 +40,15 @@ class StoreClient::Connection {
     auto backoff = std::chrono::milliseconds(50);
     std::string last_error = "no attempt made";
     tcp::resolver resolver(io_);
+    // Retrying is silent for a while (the head node may still be starting), then said every 10 s; a name that
+    // does not resolve is said at once (most likely a typo).
+    auto next_warning = Clock::now() + kConnectWarningInterval;
     while (true) {
       boost::system::error_code ec;
       auto results = resolver.resolve(host, std::to_string(port), ec);
       if (ec) {
         last_error = "cannot resolve '" + host + "': " + ec.message();
+        if (backoff == std::chrono::milliseconds(50)) next_warning = Clock::now();
       } else {
         bool done = false;
         asio::async_connect(socket_, results, [&](const boost::system::error_code& e, const tcp::endpoint&) {
@@ -60,6 +67,11 @@ class StoreClient::Connection {
       }
       auto now = Clock::now();
       if (now + backoff >= deadline) break;
+      if (now >= next_warning) {
+        spdlog::warn("cannot reach the store at {} yet: {}; retrying for {} s more", endpoint_, last_error,
+                     std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
+        next_warning = now + kConnectWarningInterval;
+      }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
