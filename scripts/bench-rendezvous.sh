@@ -16,7 +16,9 @@
 # BENCH_RESULTS_DIR/bench-rendezvous-results.jsonl (default BUILD_DIR). About 4 minutes on 2 cores.
 #
 # Environment: RDZV_NODES (default "16 32 64 256 1024 4096"), RDZV_ELASTIC_NODES (runs with --nnodes N/2:N, default
-# "64 1024 4096"), TORCH_NODES (default "16 32 64"), RDZV_REPEAT (default 3), RDZV_TIMEOUT (seconds per run,
+# "64 1024 4096"), RDZV_REPLAY_NODES (the replay alone, default "16000": the thread simulation opens two
+# connections per node to one in-process store, so it stops near 9,900 nodes at this machine's 20,000
+# descriptors, while the replay opens one per node and runs its store in a process of its own), TORCH_NODES (default "16 32 64"), RDZV_REPEAT (default 3), RDZV_TIMEOUT (seconds per run,
 # default 120), TORCH_PYTHON (a Python with torch 1.13, default /usr/bin/python3), TORCH26_PYTHON (a Python
 # with torch 2.x, default scripts/torch26-python when the root exists; "none" leaves torch 2.x out),
 # BENCH_BUILD (1: configure and build BUILD_DIR as Release; 0: use BUILD_DIR as it is, e.g. the shared
@@ -30,6 +32,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$repo/build-bench}
 read -r -a nodes <<<"${RDZV_NODES:-16 32 64 256 1024 4096}"
 read -r -a elastic_nodes <<<"${RDZV_ELASTIC_NODES:-64 1024 4096}"
+read -r -a replay_nodes <<<"${RDZV_REPLAY_NODES:-16000}"
 read -r -a torch_nodes <<<"${TORCH_NODES:-16 32 64}"
 repeat=${RDZV_REPEAT:-3}
 timeout=${RDZV_TIMEOUT:-120}
@@ -84,6 +87,9 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((i = 0; i < repeat; i++)); do
   for n in "${nodes[@]}"; do
     record ddprun "$sim" --nodes "$n" --timeout "$timeout"
+    record replay "$replay" --nodes "$n" --timeout "$timeout"
+  done
+  for n in "${replay_nodes[@]}"; do  # beyond the thread simulation's reach: the replay alone
     record replay "$replay" --nodes "$n" --timeout "$timeout"
   done
   for n in "${elastic_nodes[@]}"; do
