@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <tuple>
 
 #include "launcher/flag_values.h"
@@ -36,7 +37,8 @@ class UsageFormatter : public CLI::Formatter {
 
 class Parser {
  public:
-  Parser(const Env& env, std::function<int()> gpu_count) : env_(env), gpu_count_(std::move(gpu_count)) {
+  Parser(const Env& env, std::function<int()> gpu_count, bool launch_mode)
+      : env_(env), gpu_count_(std::move(gpu_count)), launch_mode_(launch_mode) {
     app_.formatter(std::make_shared<UsageFormatter>());
     app_.description(
         "ddprun: a drop-in replacement for torchrun.\n"
@@ -86,6 +88,13 @@ class Parser {
          "flag is given; docs/slurm.md)");
     flag("--no_slurm,--no-slurm", "", "Ignore Slurm's environment variables");
     flag("--version", "", "Print the ddprun version and exit");
+    if (!launch_mode_) return;
+    // ddprun-launch: python -m torch.distributed.launch's own flags.
+    flag("--use_env,--use-env", "", "Pass the local rank in LOCAL_RANK only, not as --local-rank=N");
+    value("--local_rank_style,--local-rank-style", "",
+          "How the script gets its local rank without --use_env: --local-rank=N (dash, torch >= 2.0), "
+          "--local_rank=N (underscore, torch 1.x), or auto: as the torch of --python spells it",
+          "auto");
   }
 
   ParseResult run(const std::vector<std::string>& argv, LaunchConfig& c) {
@@ -266,6 +275,17 @@ class Parser {
     c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{c.master_addr, c.master_port});
   }
 
+  // ddprun-launch without --use_env: the script gets "--local-rank=N" (or the underscored spelling).
+  void local_rank_arg(LaunchConfig& c) {
+    if (!launch_mode_ || flag_value("--use_env")) return;
+    if (c.no_python && !c.run_path) {
+      throw UsageError("ddprun-launch: --no_python needs --use_env (as in torch.distributed.launch): a program "
+                       "is not given --local-rank");
+    }
+    const std::string style = one_of(get("--local_rank_style"), {"auto", "dash", "underscore"});
+    c.local_rank_arg = style == "dash" ? "--local-rank" : style == "underscore" ? "--local_rank" : "auto";
+  }
+
   void launch(LaunchConfig& c) {
     c.max_restarts = int_at_least(get("--max_restarts"), 0);
     c.monitor_interval = seconds(get("--monitor_interval"));
@@ -383,6 +403,7 @@ class Parser {
     rendezvous(c);
     master(c);
     launch(c);
+    local_rank_arg(c);
     slurm_finish(c);
     fixed_port_for_many_nodes(c);
   }
@@ -402,6 +423,7 @@ class Parser {
   std::map<std::string, Opt> opts_;
   const Env& env_;
   std::function<int()> gpu_count_;
+  bool launch_mode_;  // ddprun-launch: torch.distributed.launch's flags and --local-rank=N
   std::vector<std::string> warnings_;
   std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
   std::optional<rdzv::Endpoint> endpoint_;       // --rdzv_endpoint, parsed (nullopt: none given)
@@ -477,6 +499,7 @@ std::vector<std::string> LaunchConfig::worker_argv(int local_rank) const {
     if (module && !run_path) argv.push_back("-m");
     argv.push_back(substitute_local_rank(training_script, local_rank));
   }
+  if (!local_rank_arg.empty()) argv.push_back(local_rank_arg + "=" + std::to_string(local_rank));
   for (const auto& a : training_script_args) argv.push_back(substitute_local_rank(a, local_rank));
   return argv;
 }
@@ -486,7 +509,8 @@ ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::function<int()>& gpu_count, LaunchConfig& out) {
   try {
     LaunchConfig c;
-    Parser parser(env, gpu_count);
+    const bool launch_mode = !argv.empty() && std::filesystem::path(argv[0]).filename() == "ddprun-launch";
+    Parser parser(env, gpu_count, launch_mode);
     ParseResult r = parser.run(argv, c);
     if (!r.should_exit) out = std::move(c);
     return r;

@@ -83,6 +83,10 @@ struct LaunchConfig {
   std::string start_method = "spawn";  // spawn|fork|forkserver accepted, all mean exec here
   std::string role = "default";
   bool module = false, no_python = false, run_path = false;
+  // ddprun-launch (torch.distributed.launch) without --use_env: "--local-rank" or "--local_rank", passed to
+  // the script as "<it>=<local rank>" before its own arguments; "auto" until main() asks the torch of
+  // --python which spelling it uses (launcher/preflight.h). Empty for ddprun (torchrun: LOCAL_RANK only).
+  std::string local_rank_arg;
   std::string log_dir;  // "" = none
   StdSpec redirects, tee;
   std::optional<std::set<int>> local_ranks_filter;  // "0,2" ; nullopt = all
@@ -107,8 +111,8 @@ struct LaunchConfig {
   std::vector<std::string> training_script_args;
   std::optional<SlurmLaunch> slurm;  // --slurm / auto-detected; nullopt = Slurm's variables are ignored
 
-  // argv of worker `local_rank`: python -u [-m] script args (with ${local_rank} substituted), or the
-  // program itself with --no_python; --run_path runs python -u script args. Pure.
+  // argv of worker `local_rank`: python -u [-m] script [local_rank_arg=N] args (with ${local_rank}
+  // substituted), or the program itself with --no_python; --run_path runs python -u script args. Pure.
   std::vector<std::string> worker_argv(int local_rank) const;
 };
 
@@ -121,7 +125,8 @@ struct ParseResult {
   std::string message;
 };
 
-// argv as from main (argv[0] is the program name); env: the process environment, used for PET_*,
+// argv as from main (argv[0] is the program name: "ddprun-launch" adds torch.distributed.launch's --use_env
+// and --local_rank_style and passes --local-rank=N to the script); env: the process environment, used for PET_*,
 // DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only for
 // --nproc_per_node gpu|auto (an empty function means count_cuda_devices).
 ParseResult parse_launch_config(const std::vector<std::string>& argv,

@@ -114,6 +114,10 @@ int run_launcher(int argc, char** argv) {
   const std::string pid = config.dry_run ? "<pid>" : std::to_string(getpid());
   context.host_and_pid = ddprun::launcher::host_and_pid(ddprun::rdzv::local_hostname(), pid);
   context.temp_dir = temp_dir();
+  // ddprun-launch: --local-rank=N or --local_rank=N, as the workers' torch spells it.
+  if (config.local_rank_arg == "auto") {
+    config.local_rank_arg = ddprun::launcher::torch_local_rank_arg(config.python, context.env);
+  }
   if (config.dry_run) {
     std::cout << ddprun::launcher::dry_run(config, context);
     return 0;

@@ -252,8 +252,8 @@ class _Reader(threading.Thread):
 class Agent:
     """One running ddprun process with its stdout and stderr captured through pipes."""
 
-    def __init__(self, args, env, cwd):
-        self.args = [DDPRUN] + list(args)
+    def __init__(self, args, env, cwd, program=None):
+        self.args = [program or DDPRUN] + list(args)
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
@@ -311,14 +311,15 @@ class IntegrationTestCase(unittest.TestCase):
     def path(self, *parts):
         return os.path.join(self.tmp, *parts)
 
-    def start(self, args, env=None, unset=(), cwd=None):
-        """Starts ddprun with `args`; `env` adds variables and `unset` removes some from the inherited ones."""
+    def start(self, args, env=None, unset=(), cwd=None, program=None):
+        """Starts ddprun (or `program`, e.g. a torch launcher) with `args`; `env` adds variables and `unset`
+        removes some from the inherited ones."""
         full = dict(os.environ)
         for name in unset:
             full.pop(name, None)
         full.update(env or {})
         full["DDPRUN_IT_TOKEN"] = self.token
-        agent = Agent(args, full, cwd or self.tmp)
+        agent = Agent(args, full, cwd or self.tmp, program)
         self.agents.append(agent)
         return agent
 

@@ -606,3 +606,30 @@ TEST_CASE("visible CUDA devices follow CUDA_VISIBLE_DEVICES like the CUDA runtim
   CHECK(visible_cuda_devices(row.physical, row.cvd) == row.expected);
   CHECK(count_cuda_devices() >= 0);
 }
+
+TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --use_env") {
+  auto launch = [](const Args& args) {
+    Args argv{"/usr/bin/ddprun-launch"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Outcome o;
+    o.result = parse_launch_config(argv, {}, [] { return 0; }, o.config);
+    return o;
+  };
+  auto dash = launch({"--local-rank-style", "dash", "--python", "py", "t.py", "a"});
+  REQUIRE_FALSE(dash.result.should_exit);
+  CHECK(dash.config.worker_argv(1) == std::vector<std::string>{"py", "-u", "t.py", "--local-rank=1", "a"});
+  auto underscore = launch({"--local_rank_style=underscore", "--python", "py", "-m", "pkg.mod"});
+  CHECK(underscore.config.worker_argv(0) ==
+        std::vector<std::string>{"py", "-u", "-m", "pkg.mod", "--local_rank=0"});
+  CHECK(launch({"t.py"}).config.local_rank_arg == "auto");  // main() asks the workers' torch
+  auto use_env = launch({"--use_env", "--python", "py", "t.py", "a"});
+  CHECK(use_env.config.local_rank_arg.empty());
+  CHECK(use_env.config.worker_argv(0) == std::vector<std::string>{"py", "-u", "t.py", "a"});
+  auto no_python = launch({"--no_python", "prog"});
+  CHECK(no_python.result.exit_code == 2);
+  CHECK_THAT(no_python.result.message, Catch::Contains("--no_python needs --use_env"));
+  CHECK(launch({"--local_rank_style", "camel", "t.py"}).result.exit_code == 2);
+  // ddprun itself knows neither flag (torchrun does not).
+  CHECK(parse({"--use_env", "t.py"}).result.exit_code == 2);
+  CHECK(parse({"t.py"}).config.local_rank_arg.empty());
+}

@@ -1,0 +1,60 @@
+"""ddprun-launch against torch's own `python -m torch.distributed.launch` (torch 1.13; 2.6 in the .torch26
+variant): the same flags give every worker the same arguments — --local_rank=N (torch 1.x) or --local-rank=N
+(torch 2.x) before the script's own, none with --use_env — and the same LOCAL_RANK."""
+import json
+import os
+import unittest
+
+from ddprun_testlib import DDPRUN, PYTHON, IntegrationTestCase
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_worker.py")
+DDPRUN_LAUNCH = os.path.join(os.path.dirname(DDPRUN), "ddprun-launch")
+NPROC = 2
+# Debian's torch 1.13.1 launchers crash at their start without -r/-t (docs/benchmarks.md); both get them.
+COMMON = ["--standalone", "--nproc_per_node", str(NPROC), "--redirects", "1", "--tee", "1"]
+
+
+class LaunchCompat(IntegrationTestCase):
+    def launch(self, program, prefix, flags, name):
+        out = self.path(name)
+        os.makedirs(out)
+        agent, rc = self.run_agent(prefix + COMMON + flags + [WORKER, "first", "second"], 180,
+                                   env={"LAUNCH_OUT": out}, program=program)
+        self.assertEqual(rc, 0, agent.describe())
+        results = []
+        for rank in range(NPROC):
+            with open(os.path.join(out, f"rank{rank}.json")) as f:
+                results.append(json.load(f))
+        return results
+
+    def both(self, flags):
+        """(torch.distributed.launch's results, ddprun-launch's results) for the same flags."""
+        torch = self.launch(PYTHON, ["-m", "torch.distributed.launch"], flags, "torch")
+        ours = self.launch(DDPRUN_LAUNCH, ["--python", PYTHON], flags, "ddprun")
+        return torch, ours
+
+    def test_the_local_rank_argument_is_the_one_torch_launch_passes(self):
+        torch, ours = self.both([])
+        self.assertEqual(ours, torch)
+        for rank, r in enumerate(ours):
+            self.assertEqual(r["local_rank"], rank, r)
+            self.assertRegex(r["argv"][0], rf"^--local[-_]rank={rank}$")
+            self.assertEqual(r["argv"][1:], ["first", "second"])
+
+    def test_use_env_passes_no_argument(self):
+        torch, ours = self.both(["--use_env"])
+        self.assertEqual(ours, torch)
+        for rank, r in enumerate(ours):
+            self.assertEqual(r, {"argv": ["first", "second"], "local_rank": None, "LOCAL_RANK": str(rank)})
+
+    def test_a_chosen_spelling_and_no_python_without_use_env(self):
+        ours = self.launch(DDPRUN_LAUNCH, ["--python", PYTHON], ["--local_rank_style", "underscore"], "underscore")
+        self.assertEqual([r["argv"][0] for r in ours], [f"--local_rank={r}" for r in range(NPROC)])
+        agent, rc = self.run_agent(COMMON + ["--no_python", "/bin/true"], 30, program=DDPRUN_LAUNCH)
+        self.assertEqual(rc, 2, agent.describe())
+        self.assertIn("--no_python needs --use_env", agent.stderr())
+        self.assertEqual(self.live_processes(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
