@@ -108,17 +108,17 @@ int DynamicRendezvous::current_round() {
 
 void DynamicRendezvous::sit_out_if_failing() {
   if (options_.min_nodes == options_.max_nodes) return;  // nobody could replace this node
-  int64_t failures = store_->add(key("failures/" + options_.host), 0);
+  int64_t failures = store_->add(key("failures/" + options_.identity), 0);
   if (failures < 2) return;
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
-  spdlog::warn("rendezvous {}: the workers on {} caused {} failures; keeping this node out for {} s (the cooldown "
-               "doubles with each further failure)",
-               run_id(), options_.host, failures, cooldown.count() / 1000);
+  spdlog::warn("rendezvous {}: the workers of agent {} caused {} failures; keeping this node out for {} s (the "
+               "cooldown doubles with each further failure)",
+               run_id(), options_.identity, failures, cooldown.count() / 1000);
   std::this_thread::sleep_for(cooldown);
 }
 
-void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.host), 1); }
+void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.identity), 1); }
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
   if (do_is_closed()) throw closed_error();

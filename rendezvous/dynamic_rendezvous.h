@@ -11,7 +11,8 @@
 //   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>", written by the closer (multi_set)
 //   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static backend
 //   r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
-//   failures/<host>       how often this host's workers caused a failure (cooldown)
+//   failures/<identity>   how often this agent's workers caused a failure (cooldown; per agent, not per host:
+//                         several agents may share a host, e.g. one Slurm task per GPU)
 //   closed                the job is over
 // Completion: the node whose arrival makes the count MIN waits up to last_call_timeout for more (or for
 // r<r>/full), then closes the round with the count it reads; every other node waits for r<r>/closed, and
@@ -54,7 +55,7 @@ struct DynamicRendezvousOptions {
   // Host the store: explicitly (is_host=1/0) or, when unset, if the endpoint is an address of this machine.
   std::optional<bool> is_host;
   std::string identity;  // unique per agent; default "<hostname>:<pid>"
-  std::string host;      // this node's host name, for cooldown bookkeeping; default gethostname()
+  std::string host;      // this node's host name, for the default identity; default gethostname()
   std::chrono::milliseconds join_timeout{600000};
   std::chrono::milliseconds last_call_timeout{30000};
   std::chrono::milliseconds close_timeout{30000};

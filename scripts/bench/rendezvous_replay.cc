@@ -12,7 +12,7 @@
 //
 // Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
 // for each reply before the next, as rendezvous/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
-// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<host> 0 when min < max], CHECK
+// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], CHECK
 // round, CHECK closed, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node whose
 // arrival makes the count min [WAITs for r0/full when min < max] and closes: ADD joined 0, COMPARE_SET
 // closed, WAIT + MULTI_GET the descriptors, rdzv::order_nodes, MULTI_SET the assignments, SET round; every

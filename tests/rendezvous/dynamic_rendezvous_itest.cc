@@ -45,7 +45,7 @@ DynamicRendezvousOptions c10d(uint16_t port, const std::string& identity, int mi
   o.endpoint_port = port;
   o.is_host = false;
   o.identity = identity;
-  o.host = identity;  // cooldown bookkeeping per participant
+  o.host = "one-host";  // every participant on one host, as agents of one Slurm task per GPU
   o.join_timeout = kLimit;
   o.last_call_timeout = 200ms;
   o.close_timeout = 300ms;
@@ -467,6 +467,27 @@ TEST_CASE("c10d rendezvous: a host whose workers failed twice sits out before jo
   RendezvousInfo ia = a.info();
   CHECK(Clock::now() - start >= 300ms + 200ms);  // cooldown_base, then the last call
   CHECK(ia.group_world_size == 1);
+}
+
+TEST_CASE("c10d rendezvous: a healthy agent on the host of a failing one does not sit out",
+          "[c10d][integration]") {
+  StoreServerThread server(loopback_server());
+  StoreClient obs("127.0.0.1", server.port(), observer_options());
+  auto options = [&](const std::string& identity) {
+    auto o = c10d(server.port(), identity, 1, 2);
+    o.cooldown_base = 60s;  // a sitting-out agent would miss the join below by far
+    o.cooldown_max = 60s;
+    return o;
+  };
+  Node failing(options("node-a"));
+  failing.rdzv->note_local_failure();
+  failing.rdzv->note_local_failure();
+  Node healthy(options("node-b"));  // the same host
+  auto start = Clock::now();
+  healthy.join(1);
+  CHECK(healthy.info().group_world_size == 1);
+  CHECK(Clock::now() - start < 30s);
+  CHECK(obs.add("ddprun/" + kRunId + "/failures/node-b", 0) == 0);
 }
 
 }  // namespace ddprun::rdzv
