@@ -13,10 +13,6 @@ bool has(Std value, Std bit) {
   return (static_cast<int>(value) & static_cast<int>(bit)) != 0;
 }
 
-std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 agent::WorkerOutput worker_output(const LaunchConfig& c, int local_rank) {
   const Std redirect = c.redirects.for_rank(local_rank);
   const Std tee = c.tee.for_rank(local_rank);

@@ -4,7 +4,7 @@
 #include <initializer_list>
 #include <sstream>
 
-#include "agent/failure_summary.h"  // signal_name
+#include "agent/process_context.h"  // signal_name
 #include "agent/log_layout.h"
 #include "agent/worker_launches.h"
 #include "launcher/slurm_env.h"

@@ -12,6 +12,7 @@
 // the gpu_count it is given). Thread-safe (no shared state).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -90,6 +91,11 @@ struct RdzvTimings {
   double read_timeout = 60;
 };
 RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf);
+
+// A duration given in seconds (the flags and RdzvTimings), as the milliseconds the agent and handlers take.
+inline std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
 // --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (nullopt). The static
 // backend (c10d false) needs the port; c10d defaults it to 29400.

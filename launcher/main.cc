@@ -35,10 +35,7 @@ namespace {
 
 using ddprun::launcher::LaunchConfig;
 using ddprun::launcher::RendezvousKind;
-
-std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
+using ddprun::launcher::millis;
 
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
   const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;

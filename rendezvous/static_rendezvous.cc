@@ -80,8 +80,11 @@ void StaticRendezvous::wait_complete(int r) {
           std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
     }
     if (Clock::now() < deadline) {
-      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for node ranks {} at {}", run_id(), r,
-                   joined, n, missing_node_ranks(r), endpoint());
+      // Naming the missing ranks costs a request per node, on every node and every progress line: only for
+      // small jobs (the join timeout's error names them whatever the size).
+      const std::string who = n <= kNamedInProgress ? "node ranks " + missing_node_ranks(r) : "the others";
+      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n, who,
+                   endpoint());
       continue;
     }
     const std::string missing = missing_node_ranks(r);

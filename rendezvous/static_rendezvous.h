@@ -53,8 +53,10 @@ class StaticRendezvous final : public RendezvousBase {
   void claim_node_rank(int r);
   // Waits until round r is complete (RendezvousTimeoutError at join_timeout, or when the store went away).
   void wait_complete(int r);
-  // "1, 3" (at most 32 listed, then "and N more"): the node ranks that have not joined round r yet.
+  // "1, 3" (at most 32 listed, then "and N more"): the node ranks that have not joined round r yet. One CHECK
+  // per node.
   std::string missing_node_ranks(int r);
+  static constexpr int kNamedInProgress = 32;  // progress lines name the missing ranks up to this many nodes
   RendezvousInfo round_info(int r);
 
   StaticRendezvousOptions options_;

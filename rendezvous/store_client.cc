@@ -43,12 +43,12 @@ class StoreClient::Connection {
     // Retrying is silent for a while (the head node may still be starting), then said every 10 s; a name that
     // does not resolve is said at once (most likely a typo).
     auto next_warning = Clock::now() + kConnectWarningInterval;
-    while (true) {
+    for (bool first = true;; first = false) {
       boost::system::error_code ec;
       auto results = resolver.resolve(host, std::to_string(port), ec);
       if (ec) {
         last_error = "cannot resolve '" + host + "': " + ec.message();
-        if (backoff == std::chrono::milliseconds(50)) next_warning = Clock::now();
+        if (first) next_warning = Clock::now();
       } else {
         bool done = false;
         asio::async_connect(socket_, results, [&](const boost::system::error_code& e, const tcp::endpoint&) {

@@ -5,7 +5,6 @@
 #include <array>
 #include <boost/asio.hpp>
 #include <deque>
-#include <future>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
@@ -468,44 +467,6 @@ StoreServerStats StoreServer::stats() const {
   s.buffered_bytes = impl_->buffered;
   s.peak_buffered_bytes = impl_->peak_buffered;
   return s;
-}
-
-// ---- StoreServerThread -----------------------------------------------------------------------------------
-
-StoreServerThread::StoreServerThread(StoreServerOptions options) {
-  server_ = std::make_unique<StoreServer>(io_, std::move(options));
-  port_ = server_->port();
-  endpoint_ = server_->local_endpoint();
-  thread_ = std::thread([this] {
-    auto guard = asio::make_work_guard(io_);
-    io_.run();
-  });
-}
-
-StoreServerThread::~StoreServerThread() {
-  stop();
-  if (thread_.joinable()) thread_.join();
-  server_.reset();
-}
-
-void StoreServerThread::stop() {
-  if (io_.stopped()) return;
-  std::promise<void> done;
-  auto fut = done.get_future();
-  asio::post(io_, [&] {
-    server_->stop();
-    done.set_value();
-  });
-  fut.wait();
-  io_.stop();
-}
-
-StoreServerStats StoreServerThread::stats() {
-  if (io_.stopped()) return server_->stats();
-  std::promise<StoreServerStats> p;
-  auto fut = p.get_future();
-  asio::post(io_, [&] { p.set_value(server_->stats()); });
-  return fut.get();
 }
 
 }  // namespace ddprun::rdzv

@@ -24,12 +24,10 @@ log() { echo "bench-hang: $*" >&2; }
 [[ -x $build/launcher/ddprun ]] || { log "missing $build/launcher/ddprun: build the tree first"; exit 1; }
 "$python" -c 'import torch.distributed.run' 2>/dev/null || { log "$python has no torch (set TORCH_PYTHON)"; exit 1; }
 configs=${BENCH_HANG_CONFIGS:-ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-2.6}
+source "$repo/scripts/bench/torch26_configs.sh"
 torch26_args=()
-if "$repo/scripts/torch26-root.sh" path >/dev/null 2>&1; then
+if configs=$(torch26_configs "$configs"); then
   torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh" --torch26-python "$repo/scripts/torch26-python")
-else
-  log "no torch 2.6 root (scripts/torch26-root.sh builds it): the torch 2.6 configurations are left out"
-  configs=$(echo "$configs" | tr ',' '\n' | grep -v -- '-2\.6' | paste -sd, -)
 fi
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"

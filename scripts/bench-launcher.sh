@@ -64,12 +64,10 @@ else
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 launchers=${BENCH_LAUNCHERS:-ddprun,torchrun,torchrun-0.1,torchrun-2.6}
+source "$repo/scripts/bench/torch26_configs.sh"
 torch26_args=()
-if "$repo/scripts/torch26-root.sh" path >/dev/null 2>&1; then
+if launchers=$(torch26_configs "$launchers"); then
   torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh")
-elif [[ ,$launchers, == *,torchrun-2.6,* ]]; then
-  log "no torch 2.6 root (scripts/torch26-root.sh builds it): torchrun-2.6 left out"
-  launchers=$(echo ",$launchers," | sed 's/,torchrun-2\.6,/,/; s/^,//; s/,$//')
 fi
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"

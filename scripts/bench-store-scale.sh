@@ -32,12 +32,10 @@ if (( $(ulimit -n) < largest + 64 )); then
   exit 1
 fi
 servers=${BENCH_SCALE_SERVERS:-ddprun,ddprun-legacy,torch-1.13,torch-2.6}
+source "$repo/scripts/bench/torch26_configs.sh"
 root_args=()
-if "$repo/scripts/torch26-root.sh" path >/dev/null 2>&1; then
+if servers=$(torch26_configs "$servers"); then
   root_args=(--torch26-root "$repo/scripts/torch26-root.sh")
-else
-  log "no torch 2.6 root (scripts/torch26-root.sh builds it): torch-2.6 is left out"
-  servers=$(tr ',' '\n' <<<"$servers" | grep -v '^torch-2\.6$' | paste -sd, -)
 fi
 USE_LIBUV=0 exec "${TORCH_PYTHON:-/usr/bin/python3}" "$repo/scripts/bench/store_scale_bench.py" \
   --store "$build/launcher/ddprun-store" --storm "$build/scripts/bench/ddprun-store-init-storm" \

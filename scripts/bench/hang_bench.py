@@ -42,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from launcher_bench import sweep  # noqa: E402
-from recovery_bench import parse_stamps  # noqa: E402
+from recovery_bench import chosen_configs, parse_stamps  # noqa: E402
 
 CONFIG_TEXT = {
     "ddprun-1.13": ("ddprun", "1.13"),
@@ -69,12 +69,7 @@ def main():
     ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
-    names = [n for n in args.configs.split(",") if n]
-    for n in names:
-        if n not in CONFIG_TEXT:
-            ap.error(f"unknown configuration {n}")
-        if CONFIG_TEXT[n][1] == "2.6" and not (args.torch26_root and args.torch26_python):
-            ap.error(f"{n} needs --torch26-root and --torch26-python")
+    names = chosen_configs(ap, args, CONFIG_TEXT)
     work = tempfile.mkdtemp(prefix="ddprun-bench-hang-")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:

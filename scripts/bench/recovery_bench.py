@@ -62,6 +62,18 @@ CONFIG_TEXT = {
 BASELINE = {"1.13": "ddprun-1.13", "2.6": "ddprun-2.6"}  # what the ratios divide by
 
 
+def chosen_configs(ap, args, known):
+    """The names of --configs (comma-separated); each must be in `known` (name -> (launcher, torch version,
+    ...)), and a torch 2.6 one needs --torch26-root and --torch26-python (else ap.error)."""
+    names = [n for n in args.configs.split(",") if n]
+    for n in names:
+        if n not in known:
+            ap.error(f"unknown configuration {n}")
+        if known[n][1] == "2.6" and not (args.torch26_root and args.torch26_python):
+            ap.error(f"{n} needs --torch26-root and --torch26-python")
+    return names
+
+
 def parse_stamps(path):
     """{(event, attempt): {rank: ns}} from a ddp_train.py --stamp file ({} when missing)."""
     events = {}
@@ -106,12 +118,7 @@ def main():
     ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
-    names = [n for n in args.configs.split(",") if n]
-    for n in names:
-        if n not in CONFIG_TEXT:
-            ap.error(f"unknown configuration {n}")
-        if CONFIG_TEXT[n][1] == "2.6" and not (args.torch26_root and args.torch26_python):
-            ap.error(f"{n} needs --torch26-root and --torch26-python")
+    names = chosen_configs(ap, args, CONFIG_TEXT)
     if not 0 <= args.fail_rank < args.nproc or not 0 <= args.fail_step < args.steps:
         ap.error("need 0 <= --fail-rank < --nproc and 0 <= --fail-step < --steps")
     work = tempfile.mkdtemp(prefix="ddprun-bench-recovery-")
