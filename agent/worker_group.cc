@@ -130,9 +130,8 @@ void on_round_stopped(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
   if (!g.stop) g.stop = e.stop;
   const RoundStop& s = *g.stop;
   if (s.kind != RoundStop::Kind::kDone && s.node_rank != node_of(g)) {
-    plan.warn("round " + std::to_string(g.round.round) + " ended by " +
-              (s.node_rank >= 0 ? "node " + std::to_string(s.node_rank) : std::string("a new node")) + ": " +
-              s.detail);
+    plan.warn("round " + std::to_string(g.round.round) + " ended" +
+              (s.node_rank >= 0 ? " by node " + std::to_string(s.node_rank) : std::string()) + ": " + s.detail);
   }
   // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
   const int sig = shutdown_signal(s);

@@ -18,7 +18,7 @@ namespace {
 // clang-format off
 const std::vector<std::string> kRdzvConfKeys = {
     "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout"};
+    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout", "failover"};
 // clang-format on
 
 // Signal names without "SIG", as --signals_to_handle takes them.
@@ -130,7 +130,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
     if (std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) == kRdzvConfKeys.end()) {
       fail(g, "keys among " + valid + " (unknown key '" + key + "')");
     }
-    if (key == "is_host") {
+    if (key == "is_host" || key == "failover") {
       std::string v;
       for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
@@ -138,7 +138,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
       } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
         conf[key] = "false";
       } else {
-        fail(g, "is_host to be a boolean (1/0, true/false, yes/no), not '" + value + "'");
+        fail(g, key + " to be a boolean (1/0, true/false, yes/no), not '" + value + "'");
       }
     } else {
       auto n = to_int(value);
@@ -149,19 +149,28 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   return conf;
 }
 
-std::optional<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
-  const std::string endpoint = trim(g.text);
-  if (endpoint.empty()) return std::nullopt;
-  std::string err;
-  auto port = c10d ? std::optional<uint16_t>(29400) : std::nullopt;
-  auto parsed = rdzv::parse_endpoint(endpoint, port, err);
-  if (!parsed) {
-    std::string err_prefix = "invalid endpoint '" + endpoint + "': ";
-    if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
-    if (err.rfind("no port", 0) == 0) fail(g, "host:port (the static backend needs a port)");
-    fail_because(g, err);
+std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
+  std::vector<rdzv::Endpoint> endpoints;
+  if (trim(g.text).empty()) return endpoints;
+  const auto items = rdzv::split(g.text, ',');
+  if (items.size() > 1 && !c10d) {
+    fail(g, "one host:port (a list of endpoints, tried in order, needs --rdzv_backend c10d)");
   }
-  return parsed;
+  for (const auto& item : items) {
+    const std::string endpoint = trim(item);
+    if (endpoint.empty()) fail(g, "host[:port],... without an empty entry");
+    std::string err;
+    auto port = c10d ? std::optional<uint16_t>(29400) : std::nullopt;
+    auto parsed = rdzv::parse_endpoint(endpoint, port, err);
+    if (!parsed) {
+      std::string err_prefix = "invalid endpoint '" + endpoint + "': ";
+      if (err.rfind(err_prefix, 0) == 0) err = err.substr(err_prefix.size());
+      if (err.rfind("no port", 0) == 0) fail(g, "host:port (the static backend needs a port)");
+      fail_because(g, items.size() > 1 ? "'" + endpoint + "': " + err : err);
+    }
+    endpoints.push_back(*parsed);
+  }
+  return endpoints;
 }
 
 std::string parse_master_addr(const Given& g) {

@@ -73,8 +73,8 @@ std::pair<int, int> parse_nnodes(const Given& g);
 int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count);
 
 // --rdzv_conf: "KEY=VALUE,..." with keys among join_timeout, last_call_timeout, close_timeout,
-// heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, timeout; blank = no
-// entries. Values normalised: is_host "true"/"false" (from 1/0, true/false, t/f, yes/no, y/n, any case),
+// heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, timeout, failover;
+// blank = no entries. Values normalised: is_host and failover "true"/"false" (from 1/0, true/false, t/f, yes/no, y/n, any case),
 // every other key a positive integer in plain decimal. A repeated key keeps its last value.
 std::map<std::string, std::string> parse_rdzv_conf(const Given& g);
 
@@ -97,9 +97,10 @@ inline std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (nullopt). The static
-// backend (c10d false) needs the port; c10d defaults it to 29400.
-std::optional<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d);
+// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (empty). The static backend
+// (c10d false) needs the port; c10d defaults it to 29400 and takes a comma-separated list, tried in order
+// (the store failover: rendezvous/store_failover.h).
+std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d);
 
 // --master_addr: a host name or address without a port; "[::1]" gives "::1".
 std::string parse_master_addr(const Given& g);

@@ -245,7 +245,11 @@ class Parser {
       c.rdzv_endpoint = rdzv::Endpoint{"127.0.0.1", 0};
       return;
     }
-    endpoint_ = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d);
+    auto endpoints = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d);
+    if (!endpoints.empty()) {
+      endpoint_ = endpoints.front();
+      c.rdzv_fallbacks.assign(endpoints.begin() + 1, endpoints.end());
+    }
     if (c10d) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", 29400});
     if (!c10d && c.min_nodes != c.max_nodes) {
       throw UsageError(
@@ -258,6 +262,7 @@ class Parser {
     const auto conf = parse_rdzv_conf(get("--rdzv_conf"));
     c.rdzv_timings = rdzv_timings(conf);
     if (auto it = conf.find("is_host"); it != conf.end()) c.is_host = it->second == "true";
+    if (auto it = conf.find("failover"); it != conf.end()) c.store_failover = it->second == "true";
   }
 
   void master(LaunchConfig& c) {

@@ -73,11 +73,15 @@ struct LaunchConfig {
   // 29400 by default (none given: localhost:29400). kStandalone: 127.0.0.1 port 0 (the store binds a free
   // port). Under Slurm without a port given, the port is the first of SlurmLaunch::probe_ports.
   rdzv::Endpoint rdzv_endpoint{"127.0.0.1", 29500};
+  // kC10d: the rest of a comma-separated --rdzv_endpoint, tried in order after rdzv_endpoint when it does not
+  // serve the job (its host was lost and the job moved: rendezvous/store_failover.h).
+  std::vector<rdzv::Endpoint> rdzv_fallbacks;
   std::string rdzv_id = "none";
   // --rdzv_conf (keys: launcher/flag_values.h): the timings, torchrun's defaults and aliases resolved, and
   // is_host (nullopt: c10d hosts the store when the endpoint is an address of this machine).
   RdzvTimings rdzv_timings;
   std::optional<bool> is_host;
+  bool store_failover = true;  // --rdzv_conf failover (c10d): survive the loss of the store host
   int max_restarts = 0;
   double monitor_interval = 0.1;       // seconds (accepted for compatibility; ddprun is event-driven)
   std::string start_method = "spawn";  // spawn|fork|forkserver accepted, all mean exec here
@@ -94,7 +98,9 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";  // host only; brackets of "[::1]" removed
   uint16_t master_port = 29500;
   bool master_port_given = false;  // --master_port or PET_MASTER_PORT was given
-  std::string local_addr;          // --local_addr: accepted and ignored for now (docs/cli.md)
+  // --local_addr: the address other nodes reach this node at (c10d: its standby store, MASTER_ADDR once it
+  // hosts the store); "" = the address this host reaches the store from.
+  std::string local_addr;
   // Signal numbers, in the order given, without duplicates. Default
   // SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (torchrun: the first four). Names (SIGTERM, TERM, sigterm)
   // or numbers; SIGKILL/SIGSTOP/SIGCHLD rejected.

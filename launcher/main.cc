@@ -53,6 +53,9 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
     o.keep_alive_interval = millis(t.keep_alive_interval);
     o.keep_alive_max_attempt = t.keep_alive_max_attempt;
     o.read_timeout = millis(t.read_timeout);
+    o.fallback_endpoints = c.rdzv_fallbacks;
+    o.failover = c.store_failover;
+    o.local_addr = c.local_addr;
     return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
   }
   const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;

@@ -1,37 +1,20 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <thread>
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include "rendezvous/endpoint.h"
+#include "rendezvous/reachability.h"
 #include "rendezvous/text_util.h"
 
 namespace ddprun::rdzv {
 
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
-
-namespace {
-
-std::string address_text(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
-
-}  // namespace
 
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
   std::vector<size_t> idx(identities.size());
@@ -47,59 +30,91 @@ std::vector<int> order_nodes(const std::vector<std::string>& identities, const s
   return rank;
 }
 
-bool is_local_host(const std::string& host) {
-  if (host == "localhost" || host == local_hostname()) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  std::vector<std::string> wanted;
-  for (auto* p = res; p; p = p->ai_next) {
-    std::string a = address_text(p->ai_addr);
-    if (a.rfind("127.", 0) == 0 || a == "::1") {
-      freeaddrinfo(res);
-      return true;
-    }
-    wanted.push_back(a);
-  }
-  freeaddrinfo(res);
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return false;
-  bool found = false;
-  for (auto* i = ifs; i && !found; i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    std::string a = address_text(i->ifa_addr);
-    found = !a.empty() && std::find(wanted.begin(), wanted.end(), a) != wanted.end();
-  }
-  freeifaddrs(ifs);
-  return found;
-}
-
 DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
-    : RendezvousBase(options.run_id), options_(std::move(options)) {
+    : RendezvousBase(options.run_id),
+      options_(std::move(options)),
+      store_at_{options_.endpoint_host, options_.endpoint_port},
+      failover_(keys_, heartbeat_timeout(), options_.close_timeout) {
   if (options_.host.empty()) options_.host = local_hostname();
   if (options_.identity.empty()) options_.identity = options_.host + ":" + std::to_string(::getpid());
-  uint16_t port = options_.endpoint_port;
-  if (options_.is_host.value_or(is_local_host(options_.endpoint_host))) {
+  bool hosting = options_.is_host.value_or(is_local_host(options_.endpoint_host));
+  if (hosting && !options_.is_host && !options_.fallback_endpoints.empty()) {
+    // This host was the job's first store host and may come back after the job moved on: join it there.
+    if (auto moved = failover_.find_job(options_.fallback_endpoints)) {
+      spdlog::info("rendezvous {}: the job runs at {}; joining it there", run_id(), moved->to_string());
+      hosting = false;
+    }
+  }
+  if (hosting) {
     try {
       StoreServerOptions so;
       so.port = options_.endpoint_port;
-      port = host_store(so);
+      store_at_.port = host_store(so);
     } catch (const BindError& e) {
       if (options_.is_host.value_or(false)) throw;
       spdlog::info("rendezvous {}: {} is in use on this host; joining the agent that hosts it", run_id(),
-                   format_endpoint(options_.endpoint_host, port));
+                   store_at_.to_string());
     }
   }
-  options_.endpoint_port = port;
-  connect(options_.endpoint_host, port,
-          Timeouts{.connect = options_.join_timeout,
-                   .request = options_.read_timeout,
-                   .watcher_request = options_.keep_alive_interval,
-                   .stall_tolerance = options_.read_timeout});
+  connect_to_job();
+  if (failover_on() && !hosts_store()) start_standby();
 }
 
 DynamicRendezvous::~DynamicRendezvous() = default;
+
+RendezvousBase::Timeouts DynamicRendezvous::timeouts() const {
+  // With failover, a store silent for the heartbeat timeout is lost (as a node would be): no request waits
+  // longer, and the watcher tolerates no longer stall.
+  const auto tolerance = failover_on() ? std::min(options_.read_timeout, heartbeat_timeout()) : options_.read_timeout;
+  return Timeouts{.connect = options_.join_timeout,
+                  .request = tolerance,
+                  .watcher_request = options_.keep_alive_interval,
+                  .stall_tolerance = tolerance,
+                  .reconnect = failover_on() ? heartbeat_timeout() : milliseconds(0)};
+}
+
+void DynamicRendezvous::connect_to_job() {
+  if (options_.fallback_endpoints.empty() || hosts_store()) {
+    connect(store_at_.host, store_at_.port, timeouts());
+    return;
+  }
+  std::vector<Endpoint> endpoints{store_at_};
+  endpoints.insert(endpoints.end(), options_.fallback_endpoints.begin(), options_.fallback_endpoints.end());
+  std::string names;
+  for (const auto& ep : endpoints) names += (names.empty() ? "" : ", ") + ep.to_string();
+  const auto deadline = Clock::now() + options_.join_timeout;
+  auto next_log = Clock::now();
+  while (true) {
+    if (auto found = failover_.find_job(endpoints)) {
+      store_at_ = *found;
+      connect(store_at_.host, store_at_.port, timeouts());
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      throw RendezvousStoreError("rendezvous '" + run_id() + "': none of the endpoints " + names +
+                                 " served the job within " + std::to_string(options_.join_timeout.count() / 1000) +
+                                 " s (join_timeout). Check --rdzv_endpoint and that the first node runs");
+    }
+    if (Clock::now() >= next_log) {
+      spdlog::info("rendezvous {}: waiting for one of {} to serve the job", run_id(), names);
+      next_log = Clock::now() + options_.progress_interval;
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+}
+
+void DynamicRendezvous::start_standby() {
+  std::string address = options_.local_addr;
+  if (address.empty()) address = source_address_towards(store_at_.host, store_at_.port);
+  if (address.empty()) address = options_.host;
+  // The port of the listed endpoint on this host (so that a later node's list finds this one), else the
+  // store's.
+  uint16_t port = options_.endpoint_port;
+  for (const auto& ep : options_.fallback_endpoints) {
+    if (is_local_host(ep.host)) port = ep.port;
+  }
+  failover_.start_standby(address, port);
+}
 
 int DynamicRendezvous::current_round() {
   if (!store_->check({key("round")})) return 0;
@@ -121,6 +136,21 @@ void DynamicRendezvous::sit_out_if_failing() {
 void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.identity), 1); }
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
+  while (true) {
+    if (store_lost_) fail_over();
+    const auto started = Clock::now();
+    try {
+      return join(local_world_size);
+    } catch (const StoreError& e) {
+      // The store went away while this node joined: once it ran a round, this node knows who takes over.
+      const bool retryable = dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
+      if (!failover_on() || successors_.empty() || !retryable || !failover_.lost(store_at_, started)) throw;
+      lose_store(e.what());
+    }
+  }
+}
+
+RendezvousInfo DynamicRendezvous::join(int local_world_size) {
   if (do_is_closed()) throw closed_error();
   sit_out_if_failing();
   const auto deadline = Clock::now() + options_.join_timeout;
@@ -140,11 +170,42 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
   }
 }
 
+RoundStop DynamicRendezvous::lose_store(const std::string& why) {
+  store_lost_ = true;
+  std::string reason = why;
+  if (const std::string context = "rendezvous '" + run_id() + "': "; reason.starts_with(context)) {
+    reason.erase(0, context.size());
+  }
+  const std::string detail = "the store at " + endpoint() + " is lost";
+  spdlog::warn("rendezvous {}: {} ({}); moving the job to the round's first live successor", run_id(), detail,
+               reason);
+  return RoundStop{RoundStop::Kind::kMembership, -1, detail, 0};
+}
+
+void DynamicRendezvous::fail_over() {
+  const std::string lost = endpoint();
+  // A successor that was the lost store itself (a failover in a row) is no candidate any more.
+  for (size_t i = 0; i < successors_.size(); ++i) {
+    if (successors_[i].to_string() == lost) successors_.erase(successors_.begin(), successors_.begin() + i + 1);
+  }
+  auto found = failover_.take_over(successors_, lost);
+  if (found.server) server_ = std::move(found.server);
+  store_at_ = found.endpoint;
+  connect(store_at_.host, store_at_.port, timeouts());
+  expected_nodes_ = std::max(0, nodes_ - without_standby_ - found.skipped);
+  successors_.erase(successors_.begin(), successors_.begin() + found.skipped + 1);
+  store_lost_ = false;
+}
+
 int64_t DynamicRendezvous::join_round(int r, int local_world_size) {
   const int64_t index = store_->add(round_key(r, "joined"), 1) - 1;
-  store_->set(round_key(r, "node/" + std::to_string(index)),
-              options_.identity + "|" + std::to_string(previous_rank_) + "|" + std::to_string(local_world_size));
-  if (index + 1 == options_.max_nodes) store_->set(round_key(r, "full"), "1");
+  store_->set(round_key(r, "node/" + std::to_string(index)), options_.identity + "|" +
+                                                                 std::to_string(previous_rank_) + "|" +
+                                                                 std::to_string(local_world_size) + "|" +
+                                                                 failover_.standby());
+  // After a failover, the round is complete once every node expected to survive joined.
+  const bool all_expected = expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_;
+  if (index + 1 == options_.max_nodes || all_expected) store_->set(round_key(r, "full"), "1");
   return index;
 }
 
@@ -163,6 +224,7 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
       if (!count) return;
       k = *count;
     } catch (const ConnectionLostError& e) {
+      if (failover_on() && !successors_.empty()) throw;  // lost after a round: next_rendezvous fails over
       // Only the store host's agent can take the store away before the round completes: it gave up waiting
       // (its join timeout, usually a little ahead of ours) or was stopped. Report the timeout, not the
       // socket.
@@ -209,18 +271,33 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
   // This node closed the round: it alone reads the descriptors and assigns every node its rank.
   std::vector<std::string> node_keys;
   for (int64_t i = 0; i < count; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-  std::vector<std::string> ids;
+  std::vector<std::string> ids, standbys;
   std::vector<int> prev, lws;
   for (const auto& d : store_->multi_get(node_keys)) {
     auto f = split(d, '|');
-    if (f.size() != 3) throw unreadable("node descriptor", d);
+    if (f.size() != 4) throw unreadable("node descriptor", d);
     ids.push_back(f[0]);
     prev.push_back(read_int(f[1], "previous node rank", -1));
     lws.push_back(read_int(f[2], "local world size", 0));
+    standbys.push_back(f[3]);
   }
   auto rank = order_nodes(ids, prev);
   std::vector<int> by_rank(static_cast<size_t>(count));
-  for (size_t i = 0; i < rank.size(); ++i) by_rank[static_cast<size_t>(rank[i])] = lws[i];
+  std::vector<std::string> standby_by_rank(static_cast<size_t>(count));
+  for (size_t i = 0; i < rank.size(); ++i) {
+    by_rank[static_cast<size_t>(rank[i])] = lws[i];
+    standby_by_rank[static_cast<size_t>(rank[i])] = standbys[i];
+  }
+  StoreFailover::Successors successors;
+  for (const auto& sb : standby_by_rank) {
+    std::string error;
+    auto ep = sb.empty() ? std::nullopt : parse_endpoint(sb, std::nullopt, error);
+    if (!ep) {
+      ++successors.without_standby;
+    } else if (successors.endpoints.size() < StoreFailover::kSuccessors) {
+      successors.endpoints.push_back(*ep);
+    }
+  }
   std::vector<int> base(static_cast<size_t>(count), 0);
   for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
   const int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
@@ -230,6 +307,8 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
     values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
                      std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world));
   }
+  keys.push_back(round_key(r, "successors"));
+  values.push_back(StoreFailover::encode(successors));
   keys_.open_worker_keyspace(*store_, r);
   store_->multi_set(keys, values);
   store_->set(key("round"), std::to_string(r));
@@ -270,8 +349,16 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   info.group_world_size = read_int(f[1], "node count", 1);
   info.base_rank = read_int(f[2], "base rank", 0);
   info.world_size = read_int(f[3], "world size", 0);
-  info.store_host = options_.endpoint_host;
-  info.store_port = store_port();
+  info.store_host = store_at_.host;
+  info.store_port = store_at_.port;
+  if (failover_on()) {
+    const std::string text = store_->get(round_key(r, "successors"));
+    auto successors = StoreFailover::decode(text);
+    if (!successors) throw unreadable("list of successors", text);
+    successors_ = successors->endpoints;
+    without_standby_ = successors->without_standby;
+  }
+  expected_nodes_ = 0;
   previous_rank_ = info.group_rank;
   neighbour_beats_ = -1;
   neighbour_seen_ = next_beat_ = Clock::now();
@@ -314,9 +401,9 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
   if (stop->kind == RoundStop::Kind::kDone) throw reused("finished");
 }
 
-void DynamicRendezvous::heartbeat_and_check() {
+std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   const int r = round_.load();
-  if (nodes_ <= 1 || rank_ < 0) return;
+  if (nodes_ <= 1 || rank_ < 0) return std::nullopt;
   watcher_->add(round_key(r, "hb/" + std::to_string(rank_)), 1);
   // The store answers again after a stall: the neighbour's beats could not be counted meanwhile either.
   if (watcher_answered()) neighbour_seen_ = Clock::now();
@@ -326,24 +413,69 @@ void DynamicRendezvous::heartbeat_and_check() {
   if (beats != neighbour_beats_) {
     neighbour_beats_ = beats;
     neighbour_seen_ = now;
-    return;
+    return std::nullopt;
   }
   const auto silent = duration_cast<milliseconds>(now - neighbour_seen_);
-  if (silent > options_.keep_alive_interval * options_.keep_alive_max_attempt) {
-    const std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
-                               StoreSilence::seconds_text(silent);
-    spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
-    keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
+  if (silent <= heartbeat_timeout()) return std::nullopt;
+  if (failover_on() && hosts_store()) {
+    // This store host may have been unreachable (frozen) for longer than the others waited: then they moved.
+    if (auto moved = failover_.moved_to(successors_, endpoint())) {
+      moved_ = true;
+      const std::string detail = "the job moved to the store at " + moved->to_string() +
+                                 " while this node, its store host, was unreachable for longer than the heartbeat "
+                                 "timeout; this node leaves the job";
+      spdlog::error("rendezvous {} round {}: {}", run_id(), r, detail);
+      return RoundStop{RoundStop::Kind::kShutdown, -1, detail, 4};
+    }
   }
+  const std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
+                             StoreSilence::seconds_text(silent);
+  spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
+  keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
+  return std::nullopt;
 }
 
 std::optional<RoundStop> DynamicRendezvous::watch_step(Clock::time_point deadline) {
   const auto now = Clock::now();
   if (now >= next_beat_) {
-    heartbeat_and_check();
+    if (auto stop = heartbeat_and_check()) return stop;
     next_beat_ = now + options_.keep_alive_interval;
   }
   return RendezvousBase::watch_step(std::min(deadline, next_beat_));
+}
+
+std::optional<RoundStop> DynamicRendezvous::do_wait_round_stopped(milliseconds timeout) {
+  if (!failover_on()) return RendezvousBase::do_wait_round_stopped(timeout);
+  try {
+    return RendezvousBase::do_wait_round_stopped(timeout);
+  } catch (const RendezvousStoreError& e) {  // gone, or silent past the heartbeat timeout
+    return lose_store(e.what());
+  }
+}
+
+RoundStop DynamicRendezvous::do_stop_round(const RoundStop& stop) {
+  while (true) {
+    const auto started = Clock::now();
+    try {
+      return RendezvousBase::do_stop_round(stop);
+    } catch (const StoreError& e) {
+      const bool retryable = dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
+      if (!failover_on() || !retryable) throw;
+      if (failover_.lost(store_at_, started)) return lose_store(e.what());
+    }
+  }
+}
+
+bool DynamicRendezvous::store_gone() {
+  return failover_on() && probe_tcp(store_at_.host, store_at_.port, milliseconds(1000)) == Reach::kRefused;
+}
+
+void DynamicRendezvous::do_shutdown() {
+  if (!moved_ && !store_lost_) return RendezvousBase::do_shutdown();
+  // Nobody is left to wait for: the job went on elsewhere.
+  store_->close();
+  watcher_->close();
+  if (server_) server_->stop();
 }
 
 std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {

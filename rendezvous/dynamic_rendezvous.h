@@ -5,12 +5,14 @@
 // round_keys.h):
 //   round                 the newest round that completed (decimal)
 //   r<r>/joined           ADD counter: a joining node's arrival index is the value it gets back, minus one
-//   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world size>"
+//   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world size>|<standby>"
+//                         (standby: the endpoint of its standby store, "" when it has none)
 //   r<r>/full             set by the node that arrives as number MAX: ends the last call at once
 //   r<r>/closed           the number of nodes in the round, written once (compare_set) by the closer
 //   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>", written by the closer (multi_set)
 //   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static backend
 //   r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
+//   r<r>/successors       the round's successors to the store (StoreFailover::encode), written by the closer
 //   failures/<identity>   how often this agent's workers caused a failure (cooldown; per agent, not per host:
 //                         several agents may share a host, e.g. one Slurm task per GPU)
 //   closed                the job is over
@@ -33,16 +35,24 @@
 // reports RendezvousStoreError. A stall stops every node's heartbeats alike, so once the store answers again
 // each node times its neighbour afresh: a stall is never taken for a node loss.
 //
+// Store failover (rendezvous/store_failover.h; on unless --rdzv_conf failover=0, or MIN = MAX = 1): a lost
+// store ends the round like a lost node (the watcher's or stop_round's result is a local kMembership stop),
+// and the next next_rendezvous first moves to the round's first live successor, then forms the next round
+// there; it closes as soon as every node expected to survive has joined. A store host that finds that its
+// job moved on while it was unreachable ends its round with kShutdown, exit code 4 (job moved).
+//
 // Threads: the agent loop calls next_rendezvous/stop_round/node_done/...; its watcher thread calls
 // wait_round_stopped. Each uses its own connection (RendezvousBase).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "rendezvous/rendezvous_base.h"
+#include "rendezvous/store_failover.h"
 
 namespace ddprun::rdzv {
 
@@ -52,6 +62,12 @@ struct DynamicRendezvousOptions {
   int max_nodes = 1;
   std::string endpoint_host = "localhost";
   uint16_t endpoint_port = 29400;
+  // Tried in order after endpoint_host:endpoint_port when that does not serve the job (--rdzv_endpoint's
+  // comma-separated list); a node whose host is the first endpoint joins the job there before hosting a new
+  // store.
+  std::vector<Endpoint> fallback_endpoints;
+  bool failover = true;   // survive the store host's loss (store_failover.h); needs max_nodes > 1
+  std::string local_addr;  // this node's address for the others (its standby store); "" = found by routing
   // Host the store: explicitly (is_host=1/0) or, when unset, if the endpoint is an address of this machine.
   std::optional<bool> is_host;
   std::string identity;  // unique per agent; default "<hostname>:<pid>"
@@ -71,9 +87,6 @@ struct DynamicRendezvousOptions {
 // Returns the node rank of each arrival index.
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous);
 
-// True when `host` names or resolves to an address of this machine (loopback included).
-bool is_local_host(const std::string& host);
-
 class DynamicRendezvous final : public RendezvousBase {
  public:
   // Starts the store when this node hosts it (BindError only with is_host=1: otherwise a taken port means
@@ -88,10 +101,28 @@ class DynamicRendezvous final : public RendezvousBase {
   std::vector<int> do_unresponsive_nodes() override;
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
+  std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override;
+  RoundStop do_stop_round(const RoundStop& stop) override;
+  void do_shutdown() override;
+  bool store_gone() override;
 
  private:
   std::string key(const std::string& k) const { return keys_.key(k); }
   std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
+  bool failover_on() const { return options_.failover && options_.max_nodes > 1; }
+  std::chrono::milliseconds heartbeat_timeout() const {
+    return options_.keep_alive_interval * options_.keep_alive_max_attempt;
+  }
+  Timeouts timeouts() const;
+  // Connects to the job's store: the endpoint, or with fallback endpoints the first that serves the job.
+  void connect_to_job();
+  // Starts the standby store (failover on and this agent does not host the store).
+  void start_standby();
+  // The store is lost: the local stop that ends the round, and next_rendezvous fails over first.
+  RoundStop lose_store(const std::string& why);
+  // Moves this agent to the store that takes over from the lost one (StoreFailover::take_over).
+  void fail_over();
+  RendezvousInfo join(int local_world_size);
   int current_round();
   void sit_out_if_failing();
   // Adds this node to round r; returns its arrival index.
@@ -107,10 +138,18 @@ class DynamicRendezvous final : public RendezvousBase {
   std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
   // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it ends.
   void after_close(int r, int count, Clock::time_point deadline);
-  void heartbeat_and_check();
+  // Sends this node's heartbeat and times its neighbour's; a local stop when this node's job moved on.
+  std::optional<RoundStop> heartbeat_and_check();
 
   DynamicRendezvousOptions options_;
   int previous_rank_ = -1;
+  Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
+  StoreFailover failover_;
+  std::vector<Endpoint> successors_;  // of the last round this node ran in
+  int without_standby_ = 0;           // members of that round that could not take over
+  std::atomic<bool> store_lost_{false};  // set by the watcher or stop_round; next_rendezvous fails over
+  bool moved_ = false;                   // this store host's job moved on without it
+  int expected_nodes_ = 0;               // after a failover: the survivors that will join (0: unknown)
   // Heartbeat state, watcher thread only (reset by next_rendezvous before the watcher starts).
   Clock::time_point next_beat_{};
   int64_t neighbour_beats_ = -1;

@@ -31,6 +31,7 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
   co.timeout = t.request;
   try {
     store_ = std::make_unique<StoreClient>(host, port, co);
+    if (t.reconnect.count() > 0) store_->set_connect_timeout(t.reconnect);
     // The watcher's requests, and its reconnections, are short: a stalled store shows at once, and
     // StoreSilence decides whether it is tolerated yet.
     co.connect_timeout = t.watcher_request;
@@ -64,6 +65,10 @@ std::optional<RoundStop> RendezvousBase::do_wait_round_stopped(milliseconds time
     } catch (const StoreError& e) {
       // A stall or a lost connection may pass; a reply that makes no sense, or a closed client, will not.
       if (!dynamic_cast<const TimeoutError*>(&e) && !dynamic_cast<const ConnectionLostError*>(&e)) throw;
+      if (store_gone()) {
+        throw RendezvousStoreError("rendezvous '" + run_id() + "': nothing listens at " + endpoint_ +
+                                   " any more; last error: " + e.what());
+      }
       silence_.failed(e, started);  // RendezvousStoreError once the store was silent past the tolerance
       if (Clock::now() >= deadline) return std::nullopt;
       std::this_thread::sleep_for(std::min(milliseconds(100), duration_cast<milliseconds>(deadline - Clock::now())));

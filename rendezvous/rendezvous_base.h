@@ -48,6 +48,7 @@ class RendezvousBase : public RendezvousHandler {
     std::chrono::milliseconds request;          // one request of the agent loop's connection
     std::chrono::milliseconds watcher_request;  // one request of the watcher's connection
     std::chrono::milliseconds stall_tolerance;  // how long the watcher rides out a silent store
+    std::chrono::milliseconds reconnect{0};     // the agent loop's reconnections, once connected (0: connect)
   };
 
   explicit RendezvousBase(std::string run_id);
@@ -67,6 +68,9 @@ class RendezvousBase : public RendezvousHandler {
   // For watch_step: the watcher's connection got an answer. True when the store had been silent before (what
   // the watcher timed meanwhile, such as a neighbour's heartbeats, measured the store's silence).
   bool watcher_answered() { return silence_.answered(); }
+  // For the watcher: a request failed (no answer, or the connection broke and could not be made again). True
+  // when the store is known to be gone for good (no need to ride out the stall tolerance); by default never.
+  virtual bool store_gone() { return false; }
 
   // WAITs for `key` up to `slice` (at most until `deadline`): nullopt once it exists, else the value of the
   // counter `count` (ADD 0), for the progress log. Throws StoreError (ConnectionLostError: the store went away).

@@ -131,4 +131,28 @@ RendezvousInfo StaticRendezvous::round_info(int r) {
   return info;
 }
 
+namespace {
+
+const char* const kNoFailover =
+    ". The static backend (--nnodes N) cannot change its world size, so the job cannot outlive the store's host "
+    "(node 0); to survive the loss of any node, the store's host included, run every node with --rdzv_backend "
+    "c10d --nnodes MIN:MAX";
+
+}  // namespace
+
+std::optional<RoundStop> StaticRendezvous::do_wait_round_stopped(std::chrono::milliseconds timeout) {
+  try {
+    return RendezvousBase::do_wait_round_stopped(timeout);
+  } catch (const RendezvousStoreError& e) {
+    throw RendezvousStoreError(e.what() + std::string(kNoFailover));
+  }
+}
+
+RendezvousStoreError StaticRendezvous::store_failure(const StoreError& e) const {
+  RendezvousStoreError error = RendezvousBase::store_failure(e);
+  const bool lost = dynamic_cast<const ConnectionLostError*>(&e) || dynamic_cast<const TimeoutError*>(&e);
+  if (!lost || round_.load() < 0) return error;  // before the first round: the store was never reached
+  return RendezvousStoreError(error.what() + std::string(kNoFailover));
+}
+
 }  // namespace ddprun::rdzv

@@ -17,6 +17,9 @@
 // to connect_timeout, the time this agent keeps trying to reach the store at all; the agent loop's requests
 // each wait up to join_timeout.
 //
+// A store lost while a round runs (the watcher's or stop_round's error) is said to end the job: the message
+// adds that a fixed node count cannot outlive node 0 and points to the c10d backend, which can.
+//
 // Threads: see RendezvousBase (wait_round_stopped on one watcher thread, everything else on the agent loop).
 #pragma once
 
@@ -46,6 +49,8 @@ class StaticRendezvous final : public RendezvousBase {
 
  protected:
   RendezvousInfo do_next_rendezvous(int local_world_size) override;
+  std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override;
+  RendezvousStoreError store_failure(const StoreError& e) const override;
 
  private:
   std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }

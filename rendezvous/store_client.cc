@@ -219,6 +219,11 @@ void StoreClient::close() {
   conn_.reset();
 }
 
+void StoreClient::set_connect_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  options_.connect_timeout = timeout;
+}
+
 void StoreClient::connect_locked() {
   auto deadline = Clock::now() + options_.connect_timeout;
   auto conn = std::make_unique<Connection>(host_, port_, endpoint_, deadline);

@@ -61,6 +61,9 @@ class StoreClient final : public Store {
   // Round trip to the server; returns the time it took.
   std::chrono::microseconds ping();
 
+  // How long each later reconnection keeps trying (the first connection used options.connect_timeout).
+  void set_connect_timeout(std::chrono::milliseconds timeout);
+
   // Closes the connection; later calls throw ClosedError. Idempotent.
   void close();
   const std::string& endpoint() const { return endpoint_; }

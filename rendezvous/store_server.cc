@@ -429,6 +429,7 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
     : impl_(std::make_shared<Impl>(io, std::move(options))) {
   impl_->options.max_connections = connection_limit(impl_->options.max_connections);
   impl_->self = impl_;
+  for (const auto& [key, value] : impl_->options.preset) impl_->state.set(key, value);
   impl_->bind();
   impl_->accept();
 }

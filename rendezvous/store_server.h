@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -49,6 +51,8 @@ struct StoreServerOptions {
   // short of descriptors reclaims silent ones).
   std::chrono::milliseconds silent_timeout{30000};
   int backlog = 4096;
+  // Keys (as stored: with the client's "/" prefix) that hold their value before the first request is read.
+  std::vector<std::pair<std::string, std::string>> preset;
 };
 
 struct StoreServerStats {

@@ -70,7 +70,7 @@ void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
 // A participant that vanishes: it joins round r as the next arrival, writes its descriptor, and stops.
 int64_t ghost_join(StoreClient& c, int round, const std::string& identity) {
   int64_t index = c.add(rkey(round, "joined"), 1) - 1;
-  c.set(rkey(round, "node/" + std::to_string(index)), identity + "|-1|1");
+  c.set(rkey(round, "node/" + std::to_string(index)), identity + "|-1|1|");  // no standby store
   return index;
 }
 

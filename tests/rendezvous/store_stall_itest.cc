@@ -72,7 +72,7 @@ class FreezableStore {
 };
 
 // Heartbeats every 200 ms, a node silent for 3 x 200 ms = 0.6 s is dead; the store may be silent for
-// read_timeout = 1.5 s.
+// read_timeout = 1.5 s (no failover).
 DynamicRendezvousOptions watched(uint16_t port, const std::string& identity) {
   DynamicRendezvousOptions o;
   o.run_id = kRunId;
@@ -86,6 +86,7 @@ DynamicRendezvousOptions watched(uint16_t port, const std::string& identity) {
   o.keep_alive_max_attempt = 3;
   o.read_timeout = 1500ms;
   o.progress_interval = 50ms;
+  o.failover = false;  // the stall tolerance of a store nobody replaces (store_failover_itest.cc: with failover)
   return o;
 }
 
