@@ -136,6 +136,7 @@ void DynamicRendezvous::sit_out_if_failing() {
 void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.identity), 1); }
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
+  if (moved_) throw RendezvousClosedError("rendezvous '" + run_id() + "': " + moved_stop_.detail);
   while (true) {
     if (store_lost_) fail_over();
     const auto started = Clock::now();
@@ -417,22 +418,27 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   }
   const auto silent = duration_cast<milliseconds>(now - neighbour_seen_);
   if (silent <= heartbeat_timeout()) return std::nullopt;
-  if (failover_on() && hosts_store()) {
-    // This store host may have been unreachable (frozen) for longer than the others waited: then they moved.
-    if (auto moved = failover_.moved_to(successors_, endpoint())) {
-      moved_ = true;
-      const std::string detail = "the job moved to the store at " + moved->to_string() +
-                                 " while this node, its store host, was unreachable for longer than the heartbeat "
-                                 "timeout; this node leaves the job";
-      spdlog::error("rendezvous {} round {}: {}", run_id(), r, detail);
-      return RoundStop{RoundStop::Kind::kShutdown, -1, detail, 4};
-    }
-  }
+  if (job_moved()) return moved_stop_;
   const std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
                              StoreSilence::seconds_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
   keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   return std::nullopt;
+}
+
+bool DynamicRendezvous::job_moved() {
+  if (moved_) return true;
+  if (!failover_on() || !hosts_store()) return false;
+  auto moved = failover_.moved_to(successors_, endpoint());
+  if (!moved) return false;
+  moved_ = true;
+  moved_stop_ = RoundStop{RoundStop::Kind::kShutdown, -1,
+                          "the job moved to the store at " + moved->to_string() +
+                              " while this node, its store host, was unreachable for longer than the heartbeat "
+                              "timeout; this node leaves the job",
+                          kJobMovedExitCode};
+  spdlog::error("rendezvous {}: {}", run_id(), moved_stop_.detail);
+  return true;
 }
 
 std::optional<RoundStop> DynamicRendezvous::watch_step(Clock::time_point deadline) {
@@ -454,6 +460,7 @@ std::optional<RoundStop> DynamicRendezvous::do_wait_round_stopped(milliseconds t
 }
 
 RoundStop DynamicRendezvous::do_stop_round(const RoundStop& stop) {
+  if (moved_) return moved_stop_;  // not this store's round any more: nobody else reads it
   while (true) {
     const auto started = Clock::now();
     try {
@@ -493,6 +500,8 @@ std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {
   for (int i = 0; i < nodes_; ++i) {
     if (i != rank_ && after[static_cast<size_t>(i)] == before[static_cast<size_t>(i)]) dead.push_back(i);
   }
+  // Every other node silent at once: perhaps this store host was frozen and they moved on (stop_round says so).
+  if (!dead.empty()) job_moved();
   return dead;
 }
 

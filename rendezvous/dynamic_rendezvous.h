@@ -56,6 +56,10 @@
 
 namespace ddprun::rdzv {
 
+// The exit code a store host's round ends with when its job moved on without it (the agent exits with it:
+// agent/exit_codes.h kExitRendezvousFailed).
+inline constexpr int kJobMovedExitCode = 4;
+
 struct DynamicRendezvousOptions {
   std::string run_id = "none";
   int min_nodes = 1;
@@ -138,6 +142,8 @@ class DynamicRendezvous final : public RendezvousBase {
   std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
   // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it ends.
   void after_close(int r, int count, Clock::time_point deadline);
+  // For the store host: whether the round's successors say that the job moved on without it (then moved_).
+  bool job_moved();
   // Sends this node's heartbeat and times its neighbour's; a local stop when this node's job moved on.
   std::optional<RoundStop> heartbeat_and_check();
 
@@ -149,6 +155,7 @@ class DynamicRendezvous final : public RendezvousBase {
   int without_standby_ = 0;           // members of that round that could not take over
   std::atomic<bool> store_lost_{false};  // set by the watcher or stop_round; next_rendezvous fails over
   bool moved_ = false;                   // this store host's job moved on without it
+  RoundStop moved_stop_;                 // then: the local stop that says so
   int expected_nodes_ = 0;               // after a failover: the survivors that will join (0: unknown)
   // Heartbeat state, watcher thread only (reset by next_rendezvous before the watcher starts).
   Clock::time_point next_beat_{};

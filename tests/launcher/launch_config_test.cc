@@ -304,6 +304,14 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--rdzv_conf", "join_timeout=0", "t.py"}, {}, {"--rdzv_conf", "positive"}},
       {{"--rdzv_conf", "join_timeout", "t.py"}, {}, {"--rdzv_conf", "KEY=VALUE"}},
       {{"--rdzv_conf", "is_host=maybe", "t.py"}, {}, {"--rdzv_conf", "is_host", "'maybe'"}},
+      {{"--rdzv_conf", "failover=sometimes", "t.py"}, {}, {"--rdzv_conf", "failover", "'sometimes'"}},
+      {{"--nnodes", "2", "--rdzv_endpoint", "a:1,b:1", "t.py"}, {}, {"--rdzv_endpoint", "'a:1,b:1'", "c10d"}},
+      {{"--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "a:1,,b:1", "t.py"},
+       {},
+       {"--rdzv_endpoint", "empty entry"}},
+      {{"--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "a:1,b:x", "t.py"},
+       {},
+       {"--rdzv_endpoint", "'b:x'"}},
       {{"--rdzv_backend", "etcd", "t.py"}, {}, {"--rdzv_backend", "not supported by ddprun; use c10d"}},
       {{"--rdzv_backend", "etcd-v2", "t.py"}, {}, {"--rdzv_backend", "use c10d"}},
       {{"--rdzv_backend", "zookeeper", "t.py"}, {}, {"--rdzv_backend", "static, c10d"}},
@@ -632,4 +640,20 @@ TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --
   // ddprun itself knows neither flag (torchrun does not).
   CHECK(parse({"--use_env", "t.py"}).result.exit_code == 2);
   CHECK(parse({"t.py"}).config.local_rank_arg.empty());
+}
+
+TEST_CASE("--rdzv_endpoint: c10d takes a list tried in order; --rdzv_conf failover", "[launcher][cli]") {
+  auto o = parse({"--nnodes", "2:4", "--rdzv_backend", "c10d", "--rdzv_endpoint", " h1:29400, [::1] ,h3:7",
+                  "--rdzv_conf", "failover=no", "t.py"});
+  REQUIRE_FALSE(o.result.should_exit);
+  const LaunchConfig& c = o.config;
+  CHECK(c.rdzv_endpoint == ddprun::rdzv::Endpoint{"h1", 29400});
+  REQUIRE(c.rdzv_fallbacks.size() == 2);
+  CHECK(c.rdzv_fallbacks[0] == ddprun::rdzv::Endpoint{"::1", 29400});  // c10d's default port
+  CHECK(c.rdzv_fallbacks[1] == ddprun::rdzv::Endpoint{"h3", 7});
+  CHECK_FALSE(c.store_failover);
+  auto d = parse({"--nnodes", "2:4", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h1", "t.py"});
+  REQUIRE_FALSE(d.result.should_exit);
+  CHECK(d.config.rdzv_fallbacks.empty());
+  CHECK(d.config.store_failover);
 }

@@ -10,12 +10,14 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "catch_compat.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
+#include "rendezvous/store_failover.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous_participants.h"
 
@@ -227,6 +229,119 @@ TEST_CASE("static rendezvous: a store stall within connect_timeout is ridden out
   CHECK_THAT(what, Catch::StartsWith("store error: rendezvous 'job': the store at " + store.endpoint() +
                                      " did not answer for "));
   CHECK_THAT(what, Catch::Contains("(tolerated: 1.5 s)"));
+}
+
+// With failover (the default for c10d): heartbeat timeout 3 x 200 ms = 0.6 s; every node keeps a standby
+// store. The last call is as long as the test's limit, so a round after a failover that completes in time
+// closed because every expected survivor joined.
+DynamicRendezvousOptions failing_over(uint16_t port, const std::string& identity) {
+  DynamicRendezvousOptions o = watched(port, identity);
+  o.failover = true;
+  o.min_nodes = 2;
+  o.max_nodes = 3;
+  o.last_call_timeout = kLimit;
+  o.close_timeout = 5s;
+  return o;
+}
+
+// Three c10d nodes in round 0 at `store` (it is not one of them: each can take over).
+struct Trio {
+  explicit Trio(FreezableStore& store) {
+    for (const char* id : {"node-a", "node-b", "node-c"}) nodes.emplace_back(failing_over(store.port(), id));
+    for (auto& n : nodes) n.join(1);
+    for (auto& n : nodes) REQUIRE(n.info().group_world_size == 3);
+  }
+  // Runs the watchers of the nodes still there until each returns.
+  std::vector<std::string> watch_all(Clock::time_point until) {
+    std::vector<std::future<std::string>> w;
+    for (auto& n : nodes) {
+      if (n.rdzv) w.push_back(std::async(std::launch::async, [&n, until] { return watch(*n.rdzv, until); }));
+    }
+    std::vector<std::string> out;
+    for (auto& f : w) out.push_back(f.get());
+    return out;
+  }
+  // The nodes still there join the next round; returns their rounds.
+  std::vector<RendezvousInfo> rejoin() {
+    std::vector<RendezvousInfo> infos;
+    for (auto& n : nodes) {
+      if (n.rdzv) n.join(1);
+    }
+    for (auto& n : nodes) {
+      if (!n.rdzv) continue;
+      REQUIRE(n.ready(kLimit / 2));
+      infos.push_back(n.round.get());
+    }
+    return infos;
+  }
+  std::vector<Participant<DynamicRendezvous>> nodes;
+};
+
+TEST_CASE("c10d failover: the survivors of a store that went away form the next round at the first successor",
+          "[c10d][failover][integration]") {
+  // A successor that is gone as well (its agent died with the store) is passed over.
+  const bool first_successor_gone = GENERATE(false, true);
+  CAPTURE(first_successor_gone);
+  FreezableStore store;
+  Trio trio(store);
+  if (first_successor_gone) trio.nodes[0].rdzv.reset();  // node-a: rank 0, the first successor
+  store.kill();
+  for (const std::string& what : trio.watch_all(Clock::now() + kLimit)) {
+    CHECK(what == "stopped: the store at " + store.endpoint() + " is lost");
+  }
+  const auto infos = trio.rejoin();
+  const int survivors = first_successor_gone ? 2 : 3;
+  REQUIRE(infos.size() == static_cast<size_t>(survivors));
+  for (const auto& info : infos) {
+    CHECK(info.round == 1);
+    CHECK(info.group_world_size == survivors);  // nobody waited for the (kLimit) last call
+    CHECK(info.store_host == "127.0.0.1");
+    CHECK(info.store_port == infos[0].store_port);
+    CHECK(info.store_port != store.port());
+  }
+  // The new store is the first live successor's: rank 0 of the round, which now hosts the store.
+  auto& host = trio.nodes[first_successor_gone ? 1 : 0];
+  CHECK(host.rdzv->hosts_store());
+  CHECK(host.rdzv->store_port() == infos[0].store_port);
+}
+
+TEST_CASE("c10d failover: a store silent for less than the heartbeat timeout keeps the job, longer moves it",
+          "[c10d][failover][integration]") {
+  FreezableStore store;
+  Trio trio(store);
+  store.freeze();
+  std::this_thread::sleep_for(300ms);  // half the heartbeat timeout
+  store.thaw();
+  for (const std::string& what : trio.watch_all(Clock::now() + 1500ms)) CHECK(what == "");
+
+  store.freeze();  // and it stays frozen: its host's kernel still accepts, nothing answers
+  const auto start = Clock::now();
+  for (const std::string& what : trio.watch_all(Clock::now() + kLimit)) {
+    CHECK(what == "stopped: the store at " + store.endpoint() + " is lost");
+  }
+  CHECK(Clock::now() - start >= 600ms);  // never before the heartbeat timeout
+  const auto infos = trio.rejoin();
+  REQUIRE(infos.size() == 3);
+  for (const auto& info : infos) CHECK((info.round == 1 && info.store_port == infos[0].store_port));
+  CHECK(trio.nodes[0].rdzv->hosts_store());
+  store.thaw();
+}
+
+TEST_CASE("store failover: successors round-trip through the store's text; anything else is refused",
+          "[failover]") {
+  StoreFailover::Successors s{.without_standby = 1,
+                              .endpoints = {Endpoint{"10.0.0.2", 29400}, Endpoint{"::1", 7}}};
+  const std::string text = StoreFailover::encode(s);
+  CHECK(text == "1|10.0.0.2:29400,[::1]:7");
+  auto back = StoreFailover::decode(text);
+  REQUIRE(back);
+  CHECK(back->without_standby == 1);
+  CHECK(back->endpoints == s.endpoints);
+  CHECK(StoreFailover::decode("0|")->endpoints.empty());
+  for (const char* bad : {"", "1", "x|a:1", "-1|a:1", "1|a:1,,b:2", "1|a"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(StoreFailover::decode(bad));
+  }
 }
 
 }  // namespace ddprun::rdzv

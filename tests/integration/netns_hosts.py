@@ -1,0 +1,206 @@
+"""Test hosts for the elastic tests: network namespaces with their own IPv4 addresses, and ddprun agents on them.
+
+scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0). HostsTestCase recreates
+them for its module (test-cluster.sh down, then up), so nothing an interrupted earlier run left on them is in
+the way, and leaves no process on any host after each test. It needs root and network namespaces: skipped
+with the reason otherwise (ddprun_testlib.skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1);
+anything else that keeps the hosts from coming up, or hosts still busy after LOCK_WAIT, is a failure. Hosts are
+taken under an flock (ddprun_testlib.hold_cluster_lock). Environment (set by tests/integration/CMakeLists.txt):
+DDPRUN = the ddprun executable, REPO = the source tree (defaults to the one this file is in); DDPRUN_IT_KEEP=1
+keeps each test's directory (agent logs). The hosts share the file system, so checkpoints and result files
+live in one temporary directory. Standard library only; run with /usr/bin/python3 (torch).
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+import ddprun_testlib
+from ddprun_testlib import PYTHON, skip_unless_required
+
+REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
+CLUSTER = os.path.join(REPO, "scripts", "test-cluster.sh")
+TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
+
+HOSTS = 4
+NPROC = 2  # workers per host: torch workers are slow to start on a 2-core machine
+# Small timeouts so that a node's loss is seen in ~3 s and a round closes 2 s after MIN nodes joined.
+RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
+JOB_TIMEOUT = 150  # seconds: bound for one elastic job (it takes ~30-60 s on an idle 2-core machine)
+LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run, a Slurm test cluster)
+ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ranks \d+\.\.\d+ of (\d+),")
+
+
+def address(host):
+    return f"10.99.0.{host}"
+
+
+def cluster(*args, check=True):
+    """Runs scripts/test-cluster.sh; returns the CompletedProcess (output captured)."""
+    done = subprocess.run(["bash", CLUSTER, *map(str, args)], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if check and done.returncode != 0:
+        command = " ".join(map(str, args))
+        raise RuntimeError(f"test-cluster.sh {command} failed ({done.returncode}):\n{done.stdout}")
+    return done
+
+
+def host_pids(host):
+    """The processes running in host's network namespace."""
+    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    return [int(p) for p in done.stdout.split()]
+
+
+def kill_host_processes(host):
+    for pid in host_pids(host):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def rounds_of(log):
+    """[(round, node count, world size)] for every round the agent ran workers in, in order."""
+    return [(int(m[1]), int(m[3]), int(m[4])) for m in ROUND_LINE.finditer(log)]
+
+
+def wait_until(predicate, timeout, what, describe=lambda: ""):
+    return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.1)
+
+
+class HostAgent:
+    """One ddprun agent running on a test host; stdout and stderr go to a log file."""
+
+    def __init__(self, host, args, log_path):
+        self.host = host
+        self.log_path = log_path
+        self.started = time.monotonic()
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")  # gloo's interface: the host's 10.99.0.x address
+        with open(log_path, "wb") as log:
+            # test-cluster.sh execs all the way down: this pid is ddprun's.
+            self.proc = subprocess.Popen(["bash", CLUSTER, "exec", str(host), DDPRUN, *args],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def describe(self):
+        return f"--- host {self.host} agent log (tail) ---\n{self.log()[-4000:]}"
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=max(1, timeout))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ddprun on host {self.host} still running after {timeout:.0f} s\n"
+                                 f"{self.describe()}") from None
+
+
+class HostsTestCase(unittest.TestCase):
+    """Fresh hosts for the module, a temporary directory per test, and no process left on any host after it."""
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            skip_unless_required("needs root to create network namespaces (run ctest as root)")
+        if not os.access(DDPRUN, os.X_OK):
+            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
+        cls.lock = ddprun_testlib.hold_cluster_lock(f"{__name__} with {PYTHON}", LOCK_WAIT)
+        try:
+            cls._up()
+        except BaseException:
+            cls.lock.close()
+            raise
+
+    @classmethod
+    def _up(cls):
+        """Fresh hosts: exit 77 of test-cluster.sh (no namespaces here) skips, any other failure fails."""
+        down = cluster("down", check=False)  # whatever an interrupted earlier run left on the hosts goes
+        up = down if down.returncode == 77 else cluster("up", HOSTS, check=False)
+        if up.returncode == 77:
+            skip_unless_required(f"no network namespaces here: {up.stdout.strip()}")
+        if down.returncode != 0 or up.returncode != 0:
+            cluster("down", check=False)
+            raise AssertionError(f"test-cluster.sh down/up {HOSTS} failed:\n{down.stdout}\n{up.stdout}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cluster("down", check=False)
+        cls.lock.close()
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ddprun-netns-")
+        self.agents = []
+        self.addCleanup(self._cleanup)
+        self.run_id = f"netns-{uuid.uuid4().hex[:8]}"
+
+    def _cleanup(self):
+        for agent in self.agents:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+            agent.proc.wait(timeout=30)
+        for host in range(1, HOSTS + 1):
+            kill_host_processes(host)
+        for host in range(1, HOSTS + 1):
+            wait_until(lambda: not host_pids(host), 15, f"processes on host {host} to die")
+        if os.environ.get("DDPRUN_IT_KEEP"):
+            print(f"\nkept {self.tmp}", flush=True)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=()):
+        """ddp_train.py under ddprun on `host`; the endpoint is host 1's address unless given."""
+        args = ["--nnodes", nnodes, "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
+                "--rdzv_endpoint", endpoint or f"{address(1)}:{port}", "--rdzv_id", self.run_id,
+                "--rdzv_conf", RDZV_CONF,
+                "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
+                "--python", PYTHON, TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16",
+                "--log-every", "10", "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"),
+                "--out", self.path("out"), *extra]
+        agent = HostAgent(host, args, self.path(f"agent-h{host}.log"))
+        self.agents.append(agent)
+        return agent
+
+    def describe_all(self):
+        return "\n".join(a.describe() for a in self.agents)
+
+    def wait_for_training(self, agent, nodes):
+        """Waits until `agent` runs a round of `nodes` nodes in which rank 0 (on its host) logged a step."""
+        def training():
+            log = agent.log()
+            last = list(ROUND_LINE.finditer(log))[-1:]
+            return last and int(last[0][3]) == nodes and re.search(r"step \d+/\d+ loss", log[last[0].end():])
+
+        wait_until(training, 90, f"training steps in a round of {nodes} nodes", self.describe_all)
+
+    def assert_results(self, world_size):
+        """Every rank wrote its result in the final round; all parameter checksums agree."""
+        files = sorted(glob.glob(self.path("out", "rank*.json")))
+        results = []
+        for f in files:
+            with open(f) as fh:
+                results.append(json.load(fh))
+        self.assertEqual(sorted(r["rank"] for r in results), list(range(world_size)),
+                         f"result files: {files}\n{self.describe_all()}")
+        self.assertTrue(all(r["world_size"] == world_size and r["identical"] for r in results), results)
+        self.assertEqual(len({r["checksum"] for r in results}), 1, f"checksums differ: {results}")
+        self.assertEqual(len({r["attempt"] for r in results}), 1, results)
+        return results
+
+    def assert_exit_zero(self, agents):
+        deadline = time.monotonic() + JOB_TIMEOUT
+        for agent in agents:
+            rc = agent.wait(deadline - time.monotonic())
+            self.assertEqual(rc, 0, f"ddprun on host {agent.host} exited {rc}\n{self.describe_all()}")
