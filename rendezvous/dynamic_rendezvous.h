@@ -35,10 +35,11 @@
 // reports RendezvousStoreError. A stall stops every node's heartbeats alike, so once the store answers again
 // each node times its neighbour afresh: a stall is never taken for a node loss.
 //
-// Store failover (rendezvous/store_failover.h; on unless --rdzv_conf failover=0, or MIN = MAX = 1): a lost
-// store ends the round like a lost node (the watcher's or stop_round's result is a local kMembership stop),
-// and the next next_rendezvous first moves to the round's first live successor, then forms the next round
-// there; it closes as soon as every node expected to survive has joined. A store host that finds that its
+// Store failover (rendezvous/store_failover.h; this class's part of it is in dynamic_failover.cc; on unless
+// --rdzv_conf failover=0, or MIN = MAX = 1): a lost store ends the round like a lost node (the watcher's or
+// stop_round's result is a local kMembership stop), and the next next_rendezvous first moves to the round's
+// first live successor, then forms the next round there; it closes as soon as every node expected to survive
+// has joined. A store host that finds that its
 // job moved on while it was unreachable ends its round with kShutdown, exit code 4 (job moved).
 //
 // Threads: the agent loop calls next_rendezvous/stop_round/node_done/...; its watcher thread calls

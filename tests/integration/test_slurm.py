@@ -6,6 +6,8 @@ The jobs are the shipped examples, submitted with sbatch as a user would:
   - `scancel --signal=USR1` (what `sbatch --signal=USR1@T` does before a time limit) reaches every worker,
     ddprun exits 75 and the example requeues the job;
   - a worker that crashes under srun is restarted by ddprun (scripts/examples/sbatch-elastic.sh, c10d);
+  - the head node (which hosts the c10d store) lost mid-run on that example: the other node takes the store
+    over and finishes the training alone, from the checkpoint;
   - what ddprun derives from srun's variables (--dry-run), and the batch-script mistake it refuses;
   - the workers' interpreter under srun (with the torch 2.6 root: scripts/torch26-root.sh `run` under slurmstepd)
     keeps the task's pid and directory, sees its node's name, eth0 for gloo, the nodes in /etc/hosts and the
@@ -423,6 +425,35 @@ class OnSlurm(unittest.TestCase):
         self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
         self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
         self.assertIn(f"Slurm step {job}.0: the store listens on n1:{20000 + int(job) % 10000}", out)
+        self.assert_nothing_left(self.tmp)
+
+    def test_head_node_lost_the_elastic_example_goes_on(self):
+        conf = "last_call_timeout=3,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3"
+        env = slurm_env(MIN_NODES="1", CHECKPOINT=self.path("checkpoint.pt"), DDPRUN_ARGS=f"--rdzv_conf={conf}")
+        job, _ = self.sbatch(ELASTIC, ["--steps", "2000", *TRAIN_ARGS, "--save-every", "10",
+                                       "--out", self.path("res")], env=env)
+        self.wait_training()
+        wait_until(lambda: os.path.exists(self.path("checkpoint.pt")), 60, "the first checkpoint", self.describe)
+        # n1's agent (it hosts the store) and its workers die; slurmstepd and slurmd stay, as when a node's
+        # training processes are OOM-killed.
+        victims = [int(p.split()[0]) for p in host_job_processes(1)
+                   if "slurmstepd" not in p and (DDPRUN in p or TRAIN in p)]
+        self.assertTrue(victims, f"no ddprun on n1: {host_job_processes(1)}\n{self.describe()}")
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.wait_job_gone(job, JOB_TIMEOUT)
+        out = self.output()
+        self.assertRegex(out, r"ddprun n1 warning: rendezvous \S+: the store at n1:\d+ is lost", out)
+        self.assertRegex(out, r"this node \(10\.99\.0\.2:\d+\) hosts the job's store from now on", out)
+        self.assertRegex(out, r"ddprun n1 info: round \d+: node 0/1, ranks 0\.\.1 of 2", out)
+        self.assertRegex(out, r"resumed from .*checkpoint\.pt at step [1-9]\d*", out)
+        self.assertNotIn("restarting the worker group", out)
+        results = self.results()
+        self.assertEqual(sorted(r["rank"] for r in results), [0, 1], self.describe())
+        self.assertTrue(all(r["world_size"] == 2 and r["identical"] for r in results), results)
         self.assert_nothing_left(self.tmp)
 
     def test_workers_interpreter_under_srun_sees_its_node(self):
