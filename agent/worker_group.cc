@@ -131,7 +131,8 @@ void on_round_stopped(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
   const RoundStop& s = *g.stop;
   if (s.kind != RoundStop::Kind::kDone && s.node_rank != node_of(g)) {
     plan.warn("round " + std::to_string(g.round.round) + " ended" +
-              (s.node_rank >= 0 ? " by node " + std::to_string(s.node_rank) : std::string()) + ": " + s.detail);
+              (s.node_rank >= 0 ? " by node " + std::to_string(s.node_rank) : std::string()) + ": " +
+              s.detail);
   }
   // A peer's signal reaches these workers too (SIGUSR1 must not become SIGTERM); else SIGTERM.
   const int sig = shutdown_signal(s);

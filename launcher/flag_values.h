@@ -74,8 +74,9 @@ int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count);
 
 // --rdzv_conf: "KEY=VALUE,..." with keys among join_timeout, last_call_timeout, close_timeout,
 // heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, timeout, failover;
-// blank = no entries. Values normalised: is_host and failover "true"/"false" (from 1/0, true/false, t/f, yes/no, y/n, any case),
-// every other key a positive integer in plain decimal. A repeated key keeps its last value.
+// blank = no entries. Values normalised: is_host and failover "true"/"false" (from 1/0, true/false, t/f,
+// yes/no, y/n, any case), every other key a positive integer in plain decimal. A repeated key keeps its last
+// value.
 std::map<std::string, std::string> parse_rdzv_conf(const Given& g);
 
 // The rendezvous timings a parsed --rdzv_conf gives, with torchrun's defaults and its aliases resolved:

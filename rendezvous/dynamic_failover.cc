@@ -1,9 +1,9 @@
 // DynamicRendezvous (rendezvous/dynamic_rendezvous.h): what its store failover adds — finding the job's store
 // among several endpoints, the standby store, noticing the store's loss, moving to the successor that takes
 // over (rendezvous/store_failover.h), and a store host learning that its job moved on without it.
-#include <thread>
-
 #include <spdlog/spdlog.h>
+
+#include <thread>
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/reachability.h"
@@ -31,7 +31,8 @@ void DynamicRendezvous::connect_to_job() {
     }
     if (Clock::now() >= deadline) {
       throw RendezvousStoreError("rendezvous '" + run_id() + "': none of the endpoints " + names +
-                                 " served the job within " + std::to_string(options_.join_timeout.count() / 1000) +
+                                 " served the job within " +
+                                 std::to_string(options_.join_timeout.count() / 1000) +
                                  " s (join_timeout). Check --rdzv_endpoint and that the first node runs");
     }
     if (Clock::now() >= next_log) {
@@ -71,7 +72,8 @@ void DynamicRendezvous::fail_over() {
   const std::string lost = endpoint();
   // A successor that was the lost store itself (a failover in a row) is no candidate any more.
   for (size_t i = 0; i < successors_.size(); ++i) {
-    if (successors_[i].to_string() == lost) successors_.erase(successors_.begin(), successors_.begin() + i + 1);
+    if (successors_[i].to_string() == lost)
+      successors_.erase(successors_.begin(), successors_.begin() + i + 1);
   }
   auto found = failover_.take_over(successors_, lost);
   if (found.server) server_ = std::move(found.server);
@@ -88,11 +90,12 @@ bool DynamicRendezvous::job_moved() {
   auto moved = failover_.moved_to(successors_, endpoint());
   if (!moved) return false;
   moved_ = true;
-  moved_stop_ = RoundStop{RoundStop::Kind::kShutdown, -1,
-                          "the job moved to the store at " + moved->to_string() +
-                              " while this node, its store host, was unreachable for longer than the heartbeat "
-                              "timeout; this node leaves the job",
-                          kJobMovedExitCode};
+  moved_stop_ =
+      RoundStop{RoundStop::Kind::kShutdown, -1,
+                "the job moved to the store at " + moved->to_string() +
+                    " while this node, its store host, was unreachable for longer than the heartbeat "
+                    "timeout; this node leaves the job",
+                kJobMovedExitCode};
   spdlog::error("rendezvous {}: {}", run_id(), moved_stop_.detail);
   return true;
 }
@@ -113,7 +116,8 @@ RoundStop DynamicRendezvous::do_stop_round(const RoundStop& stop) {
     try {
       return RendezvousBase::do_stop_round(stop);
     } catch (const StoreError& e) {
-      const bool retryable = dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
+      const bool retryable =
+          dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
       if (!failover_on() || !retryable) throw;
       if (failover_.lost(store_at_, started)) return lose_store(e.what());
     }

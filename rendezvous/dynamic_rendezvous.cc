@@ -1,11 +1,11 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
 #include <thread>
-
-#include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/reachability.h"
@@ -65,7 +65,8 @@ DynamicRendezvous::~DynamicRendezvous() = default;
 RendezvousBase::Timeouts DynamicRendezvous::timeouts() const {
   // With failover, a store silent for the heartbeat timeout is lost (as a node would be): no request waits
   // longer, and the watcher tolerates no longer stall.
-  const auto tolerance = failover_on() ? std::min(options_.read_timeout, heartbeat_timeout()) : options_.read_timeout;
+  const auto tolerance =
+      failover_on() ? std::min(options_.read_timeout, heartbeat_timeout()) : options_.read_timeout;
   return Timeouts{.connect = options_.join_timeout,
                   .request = tolerance,
                   .watcher_request = options_.keep_alive_interval,
@@ -101,7 +102,8 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
       return join(local_world_size);
     } catch (const StoreError& e) {
       // The store went away while this node joined: once it ran a round, this node knows who takes over.
-      const bool retryable = dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
+      const bool retryable =
+          dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
       if (!failover_on() || successors_.empty() || !retryable || !failover_.lost(store_at_, started)) throw;
       lose_store(e.what());
     }
@@ -130,10 +132,9 @@ RendezvousInfo DynamicRendezvous::join(int local_world_size) {
 
 int64_t DynamicRendezvous::join_round(int r, int local_world_size) {
   const int64_t index = store_->add(round_key(r, "joined"), 1) - 1;
-  store_->set(round_key(r, "node/" + std::to_string(index)), options_.identity + "|" +
-                                                                 std::to_string(previous_rank_) + "|" +
-                                                                 std::to_string(local_world_size) + "|" +
-                                                                 failover_.standby());
+  store_->set(round_key(r, "node/" + std::to_string(index)),
+              options_.identity + "|" + std::to_string(previous_rank_) + "|" +
+                  std::to_string(local_world_size) + "|" + failover_.standby());
   // After a failover, the round is complete once every node expected to survive joined.
   const bool all_expected = expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_;
   if (index + 1 == options_.max_nodes || all_expected) store_->set(round_key(r, "full"), "1");
@@ -349,8 +350,8 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   const auto silent = duration_cast<milliseconds>(now - neighbour_seen_);
   if (silent <= heartbeat_timeout()) return std::nullopt;
   if (job_moved()) return moved_stop_;
-  const std::string detail = "node " + std::to_string(neighbour) + " stopped heartbeating for " +
-                             StoreSilence::seconds_text(silent);
+  const std::string detail =
+      "node " + std::to_string(neighbour) + " stopped heartbeating for " + StoreSilence::seconds_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
   keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   return std::nullopt;
@@ -380,7 +381,8 @@ std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {
   for (int i = 0; i < nodes_; ++i) {
     if (i != rank_ && after[static_cast<size_t>(i)] == before[static_cast<size_t>(i)]) dead.push_back(i);
   }
-  // Every other node silent at once: perhaps this store host was frozen and they moved on (stop_round says so).
+  // Every other node silent at once: perhaps this store host was frozen and they moved on (stop_round says
+  // so).
   if (!dead.empty()) job_moved();
   return dead;
 }

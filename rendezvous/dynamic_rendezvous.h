@@ -5,13 +5,14 @@
 // round_keys.h):
 //   round                 the newest round that completed (decimal)
 //   r<r>/joined           ADD counter: a joining node's arrival index is the value it gets back, minus one
-//   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world size>|<standby>"
+//   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world
+//   size>|<standby>"
 //                         (standby: the endpoint of its standby store, "" when it has none)
 //   r<r>/full             set by the node that arrives as number MAX: ends the last call at once
 //   r<r>/closed           the number of nodes in the round, written once (compare_set) by the closer
 //   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>", written by the closer (multi_set)
-//   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static backend
-//   r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
+//   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static
+//   backend r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
 //   r<r>/successors       the round's successors to the store (StoreFailover::encode), written by the closer
 //   failures/<identity>   how often this agent's workers caused a failure (cooldown; per agent, not per host:
 //                         several agents may share a host, e.g. one Slurm task per GPU)
@@ -71,7 +72,7 @@ struct DynamicRendezvousOptions {
   // comma-separated list); a node whose host is the first endpoint joins the job there before hosting a new
   // store.
   std::vector<Endpoint> fallback_endpoints;
-  bool failover = true;   // survive the store host's loss (store_failover.h); needs max_nodes > 1
+  bool failover = true;    // survive the store host's loss (store_failover.h); needs max_nodes > 1
   std::string local_addr;  // this node's address for the others (its standby store); "" = found by routing
   // Host the store: explicitly (is_host=1/0) or, when unset, if the endpoint is an address of this machine.
   std::optional<bool> is_host;
@@ -152,8 +153,8 @@ class DynamicRendezvous final : public RendezvousBase {
   int previous_rank_ = -1;
   Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
   StoreFailover failover_;
-  std::vector<Endpoint> successors_;  // of the last round this node ran in
-  int without_standby_ = 0;           // members of that round that could not take over
+  std::vector<Endpoint> successors_;     // of the last round this node ran in
+  int without_standby_ = 0;              // members of that round that could not take over
   std::atomic<bool> store_lost_{false};  // set by the watcher or stop_round; next_rendezvous fails over
   bool moved_ = false;                   // this store host's job moved on without it
   RoundStop moved_stop_;                 // then: the local stop that says so

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,8 +12,6 @@
 #include <cerrno>
 #include <memory>
 #include <vector>
-
-#include <ifaddrs.h>
 
 #include "rendezvous/text_util.h"
 
@@ -92,9 +91,10 @@ std::string source_address_towards(const std::string& host, uint16_t port) {
     socklen_t len = sizeof local;
     if (::getsockname(s.fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
     char buf[INET6_ADDRSTRLEN] = {};
-    const void* addr = local.ss_family == AF_INET
-                           ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr)
-                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr);
+    const void* addr =
+        local.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr);
     if (inet_ntop(local.ss_family, addr, buf, sizeof buf)) return buf;
   }
   return "";

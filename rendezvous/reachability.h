@@ -3,8 +3,8 @@
 //
 // A refused connection (RST) means nothing listens at the endpoint: the process that served it is gone, while
 // its host's kernel still answers. A frozen (SIGSTOPped) process still accepts: the kernel completes the
-// handshake into the listen backlog. A host whose kernel is gone, or a dropped network, gives no answer at all.
-// The store failover (store_failover.h) relies on that difference: only the first is proof of death.
+// handshake into the listen backlog. A host whose kernel is gone, or a dropped network, gives no answer at
+// all. The store failover (store_failover.h) relies on that difference: only the first is proof of death.
 // Thread-safe; every call blocks at most its timeout (name resolution excepted, as for every connect here).
 #pragma once
 

@@ -134,8 +134,10 @@ RendezvousInfo StaticRendezvous::round_info(int r) {
 namespace {
 
 const char* const kNoFailover =
-    ". The static backend (--nnodes N) cannot change its world size, so the job cannot outlive the store's host "
-    "(node 0); to survive the loss of any node, the store's host included, run every node with --rdzv_backend "
+    ". The static backend (--nnodes N) cannot change its world size, so the job cannot outlive the store's "
+    "host "
+    "(node 0); to survive the loss of any node, the store's host included, run every node with "
+    "--rdzv_backend "
     "c10d --nnodes MIN:MAX";
 
 }  // namespace

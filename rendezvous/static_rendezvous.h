@@ -13,9 +13,9 @@
 //
 // Errors (beyond RendezvousHandler's contract): next_rendezvous throws RendezvousConflictError when another
 // agent holds this --node_rank, and RendezvousTimeoutError when node 0's agent took the store away while this
-// node waited. Stall tolerance: the watcher (wait_round_stopped) rides out a store that does not answer for up
-// to connect_timeout, the time this agent keeps trying to reach the store at all; the agent loop's requests
-// each wait up to join_timeout.
+// node waited. Stall tolerance: the watcher (wait_round_stopped) rides out a store that does not answer for
+// up to connect_timeout, the time this agent keeps trying to reach the store at all; the agent loop's
+// requests each wait up to join_timeout.
 //
 // A store lost while a round runs (the watcher's or stop_round's error) is said to end the job: the message
 // adds that a fixed node count cannot outlive node 0 and points to the c10d backend, which can.

@@ -1,8 +1,8 @@
 #include "rendezvous/store_failover.h"
 
-#include <thread>
-
 #include <spdlog/spdlog.h>
+
+#include <thread>
 
 #include "rendezvous/reachability.h"
 #include "rendezvous/rendezvous_error.h"
@@ -38,7 +38,8 @@ std::string reach_text(Reach r) {
 
 }  // namespace
 
-StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeout, milliseconds takeover_timeout)
+StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeout,
+                             milliseconds takeover_timeout)
     : keys_(keys), heartbeat_timeout_(heartbeat_timeout), takeover_timeout_(takeover_timeout) {}
 
 StoreFailover::~StoreFailover() = default;
@@ -92,7 +93,8 @@ bool StoreFailover::lost(const Endpoint& store, Clock::time_point silent_since) 
   }
 }
 
-StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& successors, const std::string& lost) {
+StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& successors,
+                                                 const std::string& lost) {
   std::string tried;
   for (size_t i = 0; i < successors.size(); ++i) {
     const Endpoint& c = successors[i];
@@ -112,14 +114,16 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
     if (reach != Reach::kOpen) {
       why = reach_text(reach);
     } else {
-      spdlog::info("rendezvous {}: the store at {} is lost; waiting for {} to take over", keys_.run_id(), lost, name);
+      spdlog::info("rendezvous {}: the store at {} is lost; waiting for {} to take over", keys_.run_id(),
+                   lost, name);
       StoreClientOptions o;
       o.connect_timeout = milliseconds(2000);
       o.timeout = takeover_timeout_ + milliseconds(5000);
       try {
         StoreClient peer(c.host, c.port, o);
         peer.wait({keys_.key("active")}, takeover_timeout_);
-        spdlog::warn("rendezvous {}: the store at {} is lost; the job moves to {}", keys_.run_id(), lost, name);
+        spdlog::warn("rendezvous {}: the store at {} is lost; the job moves to {}", keys_.run_id(), lost,
+                     name);
         return NewStore{.endpoint = c, .server = nullptr, .skipped = static_cast<int>(i)};
       } catch (const WaitTimeoutError&) {
         why = "did not take over within " + StoreSilence::seconds_text(takeover_timeout_);
@@ -127,14 +131,15 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
         why = e.what();
       }
     }
-    spdlog::warn("rendezvous {}: successor {} cannot host the store ({}); trying the next one", keys_.run_id(),
-                 name, why);
+    spdlog::warn("rendezvous {}: successor {} cannot host the store ({}); trying the next one",
+                 keys_.run_id(), name, why);
     tried += (tried.empty() ? "" : "; ") + name + ": " + why;
   }
   throw RendezvousStoreError("rendezvous '" + keys_.run_id() + "': lost the store at " + lost +
-                             (successors.empty() ? " and no other node of the round can host it (every agent runs "
-                                                   "with --rdzv_conf failover=0, or the round had one node)"
-                                                 : " and none of its successors can host it (" + tried + ")"));
+                             (successors.empty()
+                                  ? " and no other node of the round can host it (every agent runs "
+                                    "with --rdzv_conf failover=0, or the round had one node)"
+                                  : " and none of its successors can host it (" + tried + ")"));
 }
 
 std::optional<Endpoint> StoreFailover::moved_to(const std::vector<Endpoint>& successors,
@@ -142,7 +147,8 @@ std::optional<Endpoint> StoreFailover::moved_to(const std::vector<Endpoint>& suc
   for (const Endpoint& c : successors) {
     auto client = open_client(c, kProbe);
     try {
-      if (client && client->check({keys_.key("active")}) && client->get(keys_.key("active")) == lost) return c;
+      if (client && client->check({keys_.key("active")}) && client->get(keys_.key("active")) == lost)
+        return c;
     } catch (const StoreError&) {
     }
   }
@@ -153,7 +159,8 @@ std::optional<Endpoint> StoreFailover::find_job(const std::vector<Endpoint>& end
   for (const Endpoint& ep : endpoints) {
     auto client = open_client(ep, kProbe);
     try {
-      if (client && (!client->check({keys_.key("standby")}) || client->check({keys_.key("active")}))) return ep;
+      if (client && (!client->check({keys_.key("standby")}) || client->check({keys_.key("active")})))
+        return ep;
     } catch (const StoreError&) {
     }
   }

@@ -61,8 +61,8 @@ class StoreFailover {
   // "addr:port" of the standby store; "" when this agent has none (it hosts the job's store).
   const std::string& standby() const { return standby_; }
 
-  // The successors of a round as the closer stores them: "<members without a standby>|<ep>,<ep>,...", and back
-  // (nullopt when the text is not that).
+  // The successors of a round as the closer stores them: "<members without a standby>|<ep>,<ep>,...", and
+  // back (nullopt when the text is not that).
   struct Successors {
     int without_standby = 0;  // members that cannot take over: the store host (and agents with failover off)
     std::vector<Endpoint> endpoints;

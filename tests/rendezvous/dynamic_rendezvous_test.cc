@@ -1,7 +1,6 @@
 // Unit tests of the c10d backend's pure parts: the rank order of a round (order_nodes) and which endpoint
 // hosts are this machine (is_local_host; name resolution of literals only, no traffic).
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/reachability.h"
 
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous/reachability.h"
 
 namespace ddprun::rdzv {
 

@@ -3,13 +3,12 @@
 // SIGSTOPped store: connections are accepted by the kernel, nothing is answered. Participants watch their
 // round as the agent's watcher thread does (wait_round_stopped in a loop). Timeouts are fractions of a
 // second; the stall lengths are the stimulus, every wait for an outcome is bounded by kLimit.
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
 #include <boost/asio.hpp>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
 #include "catch_compat.h"
@@ -88,7 +87,8 @@ DynamicRendezvousOptions watched(uint16_t port, const std::string& identity) {
   o.keep_alive_max_attempt = 3;
   o.read_timeout = 1500ms;
   o.progress_interval = 50ms;
-  o.failover = false;  // the stall tolerance of a store nobody replaces (store_failover_itest.cc: with failover)
+  o.failover =
+      false;  // the stall tolerance of a store nobody replaces (store_failover_itest.cc: with failover)
   return o;
 }
 
