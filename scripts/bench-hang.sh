@@ -25,10 +25,7 @@ log() { echo "bench-hang: $*" >&2; }
 "$python" -c 'import torch.distributed.run' 2>/dev/null || { log "$python has no torch (set TORCH_PYTHON)"; exit 1; }
 configs=${BENCH_HANG_CONFIGS:-ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-2.6}
 source "$repo/scripts/bench/torch26_configs.sh"
-torch26_args=()
-if configs=$(torch26_configs "$configs"); then
-  torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh" --torch26-python "$repo/scripts/torch26-python")
-fi
+with_torch26 "$configs"
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"
 

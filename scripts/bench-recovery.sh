@@ -58,10 +58,7 @@ fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 configs=${BENCH_RECOVERY_CONFIGS:-ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,torchrun-2.6-noshare}
 source "$repo/scripts/bench/torch26_configs.sh"
-torch26_args=()
-if configs=$(torch26_configs "$configs"); then
-  torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh" --torch26-python "$repo/scripts/torch26-python")
-fi
+with_torch26 "$configs"
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"
 

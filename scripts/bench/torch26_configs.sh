@@ -11,3 +11,12 @@ torch26_configs() {
   tr ',' '\n' <<<"$1" | grep -v -- '2\.6' | paste -sd, -
   return 1
 }
+
+# with_torch26 LIST: sets $configs to torch26_configs LIST, and the array torch26_args to the benchmark
+# helpers' "--torch26-root R --torch26-python P" when the root is built (else empty).
+with_torch26() {
+  torch26_args=()
+  if configs=$(torch26_configs "$1"); then
+    torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh" --torch26-python "$repo/scripts/torch26-python")
+  fi
+}

@@ -434,10 +434,9 @@ class OnSlurm(unittest.TestCase):
                                        "--out", self.path("res")], env=env)
         self.wait_training()
         wait_until(lambda: os.path.exists(self.path("checkpoint.pt")), 60, "the first checkpoint", self.describe)
-        # n1's agent (it hosts the store) and its workers die; slurmstepd and slurmd stay, as when a node's
-        # training processes are OOM-killed.
-        victims = [int(p.split()[0]) for p in host_job_processes(1)
-                   if "slurmstepd" not in p and (DDPRUN in p or TRAIN in p)]
+        # n1's agent (it hosts the store) dies, and its workers with it; the batch script's srun, slurmstepd and
+        # slurmd stay, as when a node's training processes are OOM-killed.
+        victims = [int(p.split()[0]) for p in host_job_processes(1) if p.split()[1:2] == [DDPRUN]]
         self.assertTrue(victims, f"no ddprun on n1: {host_job_processes(1)}\n{self.describe()}")
         for pid in victims:
             try:
@@ -446,9 +445,9 @@ class OnSlurm(unittest.TestCase):
                 pass
         self.wait_job_gone(job, JOB_TIMEOUT)
         out = self.output()
-        self.assertRegex(out, r"ddprun n1 warning: rendezvous \S+: the store at n1:\d+ is lost", out)
+        self.assertRegex(out, r"ddprun n2:\d+ warning: rendezvous \S+: the store at n1:\d+ is lost", out)
         self.assertRegex(out, r"this node \(10\.99\.0\.2:\d+\) hosts the job's store from now on", out)
-        self.assertRegex(out, r"ddprun n1 info: round \d+: node 0/1, ranks 0\.\.1 of 2", out)
+        self.assertRegex(out, r"ddprun n2:\d+ info: round \d+: node 0/1, ranks 0\.\.1 of 2", out)
         self.assertRegex(out, r"resumed from .*checkpoint\.pt at step [1-9]\d*", out)
         self.assertNotIn("restarting the worker group", out)
         results = self.results()

@@ -229,6 +229,9 @@ TEST_CASE("static rendezvous: a store stall within connect_timeout is ridden out
   CHECK_THAT(what, Catch::StartsWith("store error: rendezvous 'job': the store at " + store.endpoint() +
                                      " did not answer for "));
   CHECK_THAT(what, Catch::Contains("(tolerated: 1.5 s)"));
+  // A fixed node count cannot outlive its store host: the message says what can.
+  CHECK_THAT(what, Catch::Contains("cannot change its world size"));
+  CHECK_THAT(what, Catch::EndsWith("run every node with --rdzv_backend c10d --nnodes MIN:MAX"));
 }
 
 // With failover (the default for c10d): heartbeat timeout 3 x 200 ms = 0.6 s; every node keeps a standby
