@@ -71,7 +71,9 @@ RendezvousBase::Timeouts DynamicRendezvous::timeouts() const {
                   .request = tolerance,
                   .watcher_request = options_.keep_alive_interval,
                   .stall_tolerance = tolerance,
-                  .reconnect = failover_on() ? heartbeat_timeout() : milliseconds(0)};
+                  .reconnect = failover_on() ? heartbeat_timeout() : milliseconds(0),
+                  .watcher_reconnect = failover_on() ? std::min(options_.keep_alive_interval, milliseconds(250))
+                                                     : milliseconds(0)};
 }
 
 int DynamicRendezvous::current_round() {

@@ -37,6 +37,7 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
     co.connect_timeout = t.watcher_request;
     co.timeout = t.watcher_request;
     watcher_ = std::make_unique<StoreClient>(host, port, co);
+    if (t.watcher_reconnect.count() > 0) watcher_->set_connect_timeout(t.watcher_reconnect);
   } catch (const StoreError& e) {
     throw store_failure(e);
   }

@@ -49,6 +49,9 @@ class RendezvousBase : public RendezvousHandler {
     std::chrono::milliseconds watcher_request;  // one request of the watcher's connection
     std::chrono::milliseconds stall_tolerance;  // how long the watcher rides out a silent store
     std::chrono::milliseconds reconnect{0};     // the agent loop's reconnections, once connected (0: connect)
+    // The watcher's reconnections, once connected (0: watcher_request). Short, so that a store that refuses
+    // connections shows at once (store_gone()); a silent one is still timed by the stall tolerance.
+    std::chrono::milliseconds watcher_reconnect{0};
   };
 
   explicit RendezvousBase(std::string run_id);

@@ -38,6 +38,18 @@ CONFIGS = {"ddprun-1.13": ("ddprun", "1.13"), "ddprun-2.6": ("ddprun", "2.6"),
            "torchrun-1.13": ("torchrun 1.13", "1.13"), "torchrun-2.6": ("torchrun 2.6", "2.6")}
 RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=60"
 NPROC, HOSTS, LOCK = 2, 3, "/tmp/ddprun-test-cluster.lock"
+HOSTS_MARK = "# ddprun-bench-failover"
+
+
+def set_host_names(present):
+    """Adds (or removes) /etc/hosts lines for ddprun-h1..h3: torchrun resolves its own host name (torch 1.13
+    crashes when it cannot) and gives it to the workers as MASTER_ADDR."""
+    with open("/etc/hosts") as f:
+        kept = [line for line in f.read().splitlines() if not line.endswith(HOSTS_MARK)]
+    if present:
+        kept += [f"10.99.0.{h} ddprun-h{h} {HOSTS_MARK}" for h in range(1, HOSTS + 1)]
+    with open("/etc/hosts", "w") as f:
+        f.write("\n".join(kept) + "\n")
 
 
 def host_pids(host):
@@ -62,7 +74,7 @@ def wait_for(predicate, timeout):
     return predicate()
 
 
-def command(args, name, port, run_id, tmp):
+def command(args, name, host, port, run_id, tmp):
     launcher, torch = CONFIGS[name]
     python = args.python if torch == "1.13" else args.torch26_python
     common = ["--nnodes", "2:3", "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d", "--rdzv_endpoint",
@@ -72,6 +84,8 @@ def command(args, name, port, run_id, tmp):
              os.path.join(tmp, "stamps")]
     if launcher == "ddprun":
         return [args.ddprun, *common, "--python", python, *train]
+    # torchrun's own guess of is_host resolves names the hosts do not have: say it (ddprun guesses right).
+    common[common.index(RDZV_CONF)] = f"{RDZV_CONF},is_host={int(host == 1)}"
     return [python, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", *common, *train]
 
 
@@ -83,7 +97,7 @@ def one_run(args, name, port):
     for host in range(1, HOSTS + 1):
         log = open(os.path.join(tmp, f"agent-h{host}.log"), "wb")
         agents[host] = subprocess.Popen(["bash", args.cluster, "exec", str(host),
-                                         *command(args, name, port, run_id, tmp)],
+                                         *command(args, name, host, port, run_id, tmp)],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
     stamps = os.path.join(tmp, "stamps")
@@ -154,6 +168,7 @@ def main():
         return 1
     load_before = os.getloadavg()[0]
     results = []
+    set_host_names(True)
     try:
         port = 29700
         for rep in range(args.reps):
@@ -164,6 +179,7 @@ def main():
                 print(f"bench-failover:   {r}", file=sys.stderr, flush=True)
                 results.append(r)
     finally:
+        set_host_names(False)
         subprocess.run(["bash", args.cluster, "down"], capture_output=True)
         lock.close()
     if args.json:
