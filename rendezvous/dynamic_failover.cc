@@ -47,9 +47,9 @@ void DynamicRendezvous::start_standby() {
   std::string address = options_.local_addr;
   if (address.empty()) address = source_address_towards(store_at_.host, store_at_.port);
   if (address.empty()) address = options_.host;
-  // The port of the listed endpoint on this host (so that a later node's list finds this one), else the
-  // store's.
-  uint16_t port = options_.endpoint_port;
+  // The port of this host's entry in the endpoint list (so that a later node's list finds it), else a free
+  // one: a standby must not take a well-known port that another job on this host may want for its store.
+  uint16_t port = 0;
   for (const auto& ep : options_.fallback_endpoints) {
     if (is_local_host(ep.host)) port = ep.port;
   }
@@ -84,20 +84,25 @@ void DynamicRendezvous::fail_over() {
   store_lost_ = false;
 }
 
-bool DynamicRendezvous::job_moved() {
-  if (moved_) return true;
-  if (!failover_on() || !hosts_store()) return false;
-  auto moved = failover_.moved_to(successors_, endpoint());
-  if (!moved) return false;
-  moved_ = true;
-  moved_stop_ =
-      RoundStop{RoundStop::Kind::kShutdown, -1,
-                "the job moved to the store at " + moved->to_string() +
-                    " while this node, its store host, was unreachable for longer than the heartbeat "
-                    "timeout; this node leaves the job",
-                kJobMovedExitCode};
-  spdlog::error("rendezvous {}: {}", run_id(), moved_stop_.detail);
-  return true;
+std::optional<RoundStop> DynamicRendezvous::moved() const {
+  std::lock_guard lock(moved_mu_);
+  return moved_;
+}
+
+std::optional<RoundStop> DynamicRendezvous::job_moved() {
+  if (auto stop = moved()) return stop;
+  if (!failover_on() || !hosts_store()) return std::nullopt;
+  auto to = failover_.moved_to(successors_, endpoint());
+  if (!to) return std::nullopt;
+  RoundStop stop{RoundStop::Kind::kShutdown, -1,
+                 "the job moved to the store at " + to->to_string() +
+                     " while this node, its store host, was unreachable for longer than the heartbeat timeout; "
+                     "this node leaves the job",
+                 kJobMovedExitCode};
+  spdlog::error("rendezvous {}: {}", run_id(), stop.detail);
+  std::lock_guard lock(moved_mu_);
+  if (!moved_) moved_ = stop;
+  return moved_;
 }
 
 std::optional<RoundStop> DynamicRendezvous::do_wait_round_stopped(milliseconds timeout) {
@@ -110,7 +115,7 @@ std::optional<RoundStop> DynamicRendezvous::do_wait_round_stopped(milliseconds t
 }
 
 RoundStop DynamicRendezvous::do_stop_round(const RoundStop& stop) {
-  if (moved_) return moved_stop_;  // not this store's round any more: nobody else reads it
+  if (auto moved_stop = moved()) return *moved_stop;  // not this store's round any more: nobody reads it
   while (true) {
     const auto started = Clock::now();
     try {
@@ -129,7 +134,7 @@ bool DynamicRendezvous::store_gone() {
 }
 
 void DynamicRendezvous::do_shutdown() {
-  if (!moved_ && !store_lost_) return RendezvousBase::do_shutdown();
+  if (!moved() && !store_lost_) return RendezvousBase::do_shutdown();
   // Nobody is left to wait for: the job went on elsewhere.
   store_->close();
   watcher_->close();

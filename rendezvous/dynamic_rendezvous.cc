@@ -96,7 +96,7 @@ void DynamicRendezvous::sit_out_if_failing() {
 void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.identity), 1); }
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
-  if (moved_) throw RendezvousClosedError("rendezvous '" + run_id() + "': " + moved_stop_.detail);
+  if (auto stop = moved()) throw RendezvousClosedError("rendezvous '" + run_id() + "': " + stop->detail);
   while (true) {
     if (store_lost_) fail_over();
     const auto started = Clock::now();
@@ -351,7 +351,7 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   }
   const auto silent = duration_cast<milliseconds>(now - neighbour_seen_);
   if (silent <= heartbeat_timeout()) return std::nullopt;
-  if (job_moved()) return moved_stop_;
+  if (auto stop = job_moved()) return stop;
   const std::string detail =
       "node " + std::to_string(neighbour) + " stopped heartbeating for " + StoreSilence::seconds_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
@@ -385,7 +385,7 @@ std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {
   }
   // Every other node silent at once: perhaps this store host was frozen and they moved on (stop_round says
   // so).
-  if (!dead.empty()) job_moved();
+  if (!dead.empty()) job_moved();  // stop_round then returns its stop
   return dead;
 }
 

@@ -49,6 +49,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,8 +145,10 @@ class DynamicRendezvous final : public RendezvousBase {
   std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
   // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it ends.
   void after_close(int r, int count, Clock::time_point deadline);
-  // For the store host: whether the round's successors say that the job moved on without it (then moved_).
-  bool job_moved();
+  // For the store host: the local stop that says the job moved on without it, once the round's successors
+  // say so (asks them unless it is known already; then every later call returns it).
+  std::optional<RoundStop> job_moved();
+  std::optional<RoundStop> moved() const;
   // Sends this node's heartbeat and times its neighbour's; a local stop when this node's job moved on.
   std::optional<RoundStop> heartbeat_and_check();
 
@@ -156,8 +159,8 @@ class DynamicRendezvous final : public RendezvousBase {
   std::vector<Endpoint> successors_;     // of the last round this node ran in
   int without_standby_ = 0;              // members of that round that could not take over
   std::atomic<bool> store_lost_{false};  // set by the watcher or stop_round; next_rendezvous fails over
-  bool moved_ = false;                   // this store host's job moved on without it
-  RoundStop moved_stop_;                 // then: the local stop that says so
+  mutable std::mutex moved_mu_;          // the watcher and the agent loop both may find the job moved
+  std::optional<RoundStop> moved_;       // guarded by moved_mu_: this store host's job moved on without it
   int expected_nodes_ = 0;               // after a failover: the survivors that will join (0: unknown)
   // Heartbeat state, watcher thread only (reset by next_rendezvous before the watcher starts).
   Clock::time_point next_beat_{};

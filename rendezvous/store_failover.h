@@ -1,8 +1,8 @@
 // StoreFailover: how the agents of an elastic (c10d) job outlive the agent that hosts their store.
 //
 // Standby stores. Every agent that does not host the job's store keeps a standby: an empty StoreServer on
-// the endpoint's port when that port is free on its host (else on a free one), preset with the key
-// "standby". The agent advertises it as "<its address>:<port>" in its node descriptor (its address:
+// the port of its host's entry in --rdzv_endpoint's list when there is one and it is free (else on a free
+// port), preset with the key "standby". The agent advertises it as "<its address>:<port>" in its node descriptor (its address:
 // --local_addr, else the address its host reaches the store from), and the node that closes a round lists
 // the standbys of the first kSuccessors nodes in node-rank order: the round's successors, which every member
 // reads with its rank assignment.
