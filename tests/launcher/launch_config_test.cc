@@ -646,7 +646,7 @@ TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --
   CHECK(parse({"t.py"}).config.local_rank_arg.empty());
 }
 
-TEST_CASE("--rdzv_endpoint: c10d takes a list tried in order; --rdzv_conf failover", "[launcher][cli]") {
+TEST_CASE("rdzv_endpoint: c10d takes a list tried in order; rdzv_conf failover", "[launcher][cli]") {
   auto o = parse({"--nnodes", "2:4", "--rdzv_backend", "c10d", "--rdzv_endpoint", " h1:29400, [::1] ,h3:7",
                   "--rdzv_conf", "failover=no", "t.py"});
   REQUIRE_FALSE(o.result.should_exit);
