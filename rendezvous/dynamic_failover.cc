@@ -63,9 +63,20 @@ RoundStop DynamicRendezvous::lose_store(const std::string& why) {
     reason.erase(0, context.size());
   }
   const std::string detail = "the store at " + endpoint() + " is lost";
+  if (done_round_ == round_.load()) {
+    // This node's workers all succeeded (it waits in the exit barrier): as torchrun's exit barrier, a store
+    // gone after success is not a failure, and there is nothing to move.
+    spdlog::warn("rendezvous {}: {} ({}) after this node's workers succeeded", run_id(), detail, reason);
+    return RoundStop{RoundStop::Kind::kDone, -1, detail + " after this node's workers succeeded", 0};
+  }
   spdlog::warn("rendezvous {}: {} ({}); moving the job to the round's first live successor", run_id(), detail,
                reason);
   return RoundStop{RoundStop::Kind::kMembership, -1, detail, 0};
+}
+
+void DynamicRendezvous::do_node_done() {
+  done_round_ = round_.load();
+  RendezvousBase::do_node_done();
 }
 
 void DynamicRendezvous::fail_over() {

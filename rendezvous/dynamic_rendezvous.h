@@ -40,8 +40,9 @@
 // --rdzv_conf failover=0, or MIN = MAX = 1): a lost store ends the round like a lost node (the watcher's or
 // stop_round's result is a local kMembership stop), and the next next_rendezvous first moves to the round's
 // first live successor, then forms the next round there; it closes as soon as every node expected to survive
-// has joined. A store host that finds that its
-// job moved on while it was unreachable ends its round with kShutdown, exit code 4 (job moved).
+// has joined. A node whose workers all succeeded (node_done) takes a lost store as the end of its round
+// (kDone), as torchrun's exit barrier does. A store host that finds that its job moved on while it was
+// unreachable ends its round with kShutdown, exit code 4 (job moved).
 //
 // Threads: the agent loop calls next_rendezvous/stop_round/node_done/...; its watcher thread calls
 // wait_round_stopped. Each uses its own connection (RendezvousBase).
@@ -112,6 +113,7 @@ class DynamicRendezvous final : public RendezvousBase {
   RoundStop do_stop_round(const RoundStop& stop) override;
   void do_shutdown() override;
   bool store_gone() override;
+  void do_node_done() override;
 
  private:
   std::string key(const std::string& k) const { return keys_.key(k); }
@@ -162,6 +164,7 @@ class DynamicRendezvous final : public RendezvousBase {
   mutable std::mutex moved_mu_;          // the watcher and the agent loop both may find the job moved
   std::optional<RoundStop> moved_;       // guarded by moved_mu_: this store host's job moved on without it
   int expected_nodes_ = 0;               // after a failover: the survivors that will join (0: unknown)
+  std::atomic<int> done_round_{-1};      // the round in which this node's workers all succeeded
   // Heartbeat state, watcher thread only (reset by next_rendezvous before the watcher starts).
   Clock::time_point next_beat_{};
   int64_t neighbour_beats_ = -1;

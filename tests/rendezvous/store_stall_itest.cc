@@ -331,6 +331,18 @@ TEST_CASE("c10d failover: a store silent for less than the heartbeat timeout kee
   store.thaw();
 }
 
+TEST_CASE("c10d failover: a node whose workers succeeded takes a lost store as the end of its round",
+          "[c10d][failover][integration]") {
+  FreezableStore store;
+  Trio trio(store);
+  trio.nodes[2].rdzv->node_done();  // node-c waits in its exit barrier
+  store.kill();
+  const auto what = trio.watch_all(Clock::now() + kLimit);
+  REQUIRE(what.size() == 3);
+  CHECK(what[0] == "stopped: the store at " + store.endpoint() + " is lost");
+  CHECK(what[2] == "stopped: the store at " + store.endpoint() + " is lost after this node's workers succeeded");
+}
+
 TEST_CASE("store failover: successors round-trip through the store's text; anything else is refused",
           "[failover]") {
   StoreFailover::Successors s{.without_standby = 1,
