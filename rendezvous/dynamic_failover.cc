@@ -132,9 +132,7 @@ RoundStop DynamicRendezvous::do_stop_round(const RoundStop& stop) {
     try {
       return RendezvousBase::do_stop_round(stop);
     } catch (const StoreError& e) {
-      const bool retryable =
-          dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
-      if (!failover_on() || !retryable) throw;
+      if (!failover_on() || !StoreSilence::silent_or_gone(e)) throw;
       if (failover_.lost(store_at_, started)) return lose_store(e.what());
     }
   }

@@ -16,6 +16,21 @@ namespace ddprun::rdzv {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
+namespace {
+
+// `text` up to its n-th `sep`, and what follows it (nullopt when there are fewer).
+std::pair<std::string_view, std::optional<std::string_view>> split_at_nth(std::string_view text, char sep,
+                                                                          int n) {
+  size_t at = std::string_view::npos;
+  for (int i = 0; i < n; ++i) {
+    at = text.find(sep, at == std::string_view::npos ? 0 : at + 1);
+    if (at == std::string_view::npos) return {text, std::nullopt};
+  }
+  return {text.substr(0, at), text.substr(at + 1)};
+}
+
+}  // namespace
+
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
   std::vector<size_t> idx(identities.size());
   std::iota(idx.begin(), idx.end(), 0);
@@ -104,9 +119,9 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
       return join(local_world_size);
     } catch (const StoreError& e) {
       // The store went away while this node joined: once it ran a round, this node knows who takes over.
-      const bool retryable =
-          dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ConnectionLostError*>(&e);
-      if (!failover_on() || successors_.empty() || !retryable || !failover_.lost(store_at_, started)) throw;
+      if (!failover_on() || successors_.empty() || !StoreSilence::silent_or_gone(e) ||
+          !failover_.lost(store_at_, started))
+        throw;
       lose_store(e.what());
     }
   }
@@ -232,6 +247,7 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
       successors.endpoints.push_back(*ep);
     }
   }
+  const std::string successors_text = StoreFailover::encode(successors);
   std::vector<int> base(static_cast<size_t>(count), 0);
   for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
   const int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
@@ -239,10 +255,9 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
   for (size_t i = 0; i < rank.size(); ++i) {
     keys.push_back(round_key(r, "assign/" + std::to_string(i)));
     values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
-                     std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world));
+                     std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world) + "|" +
+                     successors_text);
   }
-  keys.push_back(round_key(r, "successors"));
-  values.push_back(StoreFailover::encode(successors));
   keys_.open_worker_keyspace(*store_, r);
   store_->multi_set(keys, values);
   store_->set(key("round"), std::to_string(r));
@@ -274,9 +289,12 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
     keys_.stop(*store_, r, RoundStop{RoundStop::Kind::kMembership, -1, "closer vanished", 0});
     return std::nullopt;
   }
+  // "<node rank>|<nodes>|<base rank>|<world size>|<successors>" (the successors: StoreFailover::encode).
   const std::string text = store_->get(assign);
-  auto f = split(text, '|');
-  if (f.size() != 4) throw unreadable("rank assignment", text);
+  const auto [head, tail] = split_at_nth(text, '|', 4);
+  auto f = split(head, '|');
+  auto successors = tail ? StoreFailover::decode(*tail) : std::nullopt;
+  if (f.size() != 4 || !successors) throw unreadable("rank assignment", text);
   RendezvousInfo info;
   info.round = r;
   info.group_rank = read_int(f[0], "node rank", 0);
@@ -285,13 +303,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   info.world_size = read_int(f[3], "world size", 0);
   info.store_host = store_at_.host;
   info.store_port = store_at_.port;
-  if (failover_on()) {
-    const std::string text = store_->get(round_key(r, "successors"));
-    auto successors = StoreFailover::decode(text);
-    if (!successors) throw unreadable("list of successors", text);
-    successors_ = successors->endpoints;
-    without_standby_ = successors->without_standby;
-  }
+  successors_ = successors->endpoints;
+  without_standby_ = successors->without_standby;
   expected_nodes_ = 0;
   previous_rank_ = info.group_rank;
   neighbour_beats_ = -1;

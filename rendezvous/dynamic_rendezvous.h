@@ -10,10 +10,10 @@
 //                         (standby: the endpoint of its standby store, "" when it has none)
 //   r<r>/full             set by the node that arrives as number MAX: ends the last call at once
 //   r<r>/closed           the number of nodes in the round, written once (compare_set) by the closer
-//   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>", written by the closer (multi_set)
+//   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>|<successors>", written by the closer
+//                         (multi_set); the successors to the store: StoreFailover::encode
 //   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static
 //   backend r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
-//   r<r>/successors       the round's successors to the store (StoreFailover::encode), written by the closer
 //   failures/<identity>   how often this agent's workers caused a failure (cooldown; per agent, not per host:
 //                         several agents may share a host, e.g. one Slurm task per GPU)
 //   closed                the job is over

@@ -65,7 +65,7 @@ std::optional<RoundStop> RendezvousBase::do_wait_round_stopped(milliseconds time
       if (stop || Clock::now() >= deadline) return stop;
     } catch (const StoreError& e) {
       // A stall or a lost connection may pass; a reply that makes no sense, or a closed client, will not.
-      if (!dynamic_cast<const TimeoutError*>(&e) && !dynamic_cast<const ConnectionLostError*>(&e)) throw;
+      if (!StoreSilence::silent_or_gone(e)) throw;
       if (store_gone()) {
         throw RendezvousStoreError("rendezvous '" + run_id() + "': nothing listens at " + endpoint_ +
                                    " any more; last error: " + e.what());

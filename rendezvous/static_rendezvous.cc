@@ -152,8 +152,8 @@ std::optional<RoundStop> StaticRendezvous::do_wait_round_stopped(std::chrono::mi
 
 RendezvousStoreError StaticRendezvous::store_failure(const StoreError& e) const {
   RendezvousStoreError error = RendezvousBase::store_failure(e);
-  const bool lost = dynamic_cast<const ConnectionLostError*>(&e) || dynamic_cast<const TimeoutError*>(&e);
-  if (!lost || round_.load() < 0) return error;  // before the first round: the store was never reached
+  if (!StoreSilence::silent_or_gone(e) || round_.load() < 0)
+    return error;  // before the first round: the store was never reached
   return RendezvousStoreError(error.what() + std::string(kNoFailover));
 }
 

@@ -49,6 +49,14 @@ class StoreSilence {
                                "); last error: " + last);
   }
 
+  // Whether `e` says the store is silent or unreachable (a TimeoutError or a ConnectionLostError): the errors
+  // that a stall or a lost store host gives, worth riding out or failing over, unlike a reply that makes no
+  // sense.
+  static bool silent_or_gone(const StoreError& e) {
+    return dynamic_cast<const TimeoutError*>(&e) != nullptr ||
+           dynamic_cast<const ConnectionLostError*>(&e) != nullptr;
+  }
+
   // "26 s" from 10 s up, "2.5 s" below.
   static std::string seconds_text(std::chrono::milliseconds d) {
     const auto ms = d.count();

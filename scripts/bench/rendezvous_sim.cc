@@ -132,6 +132,9 @@ int run_worker(const Options& o) {
     ro.endpoint_host = "127.0.0.1";
     ro.endpoint_port = static_cast<uint16_t>(o.port);
     ro.is_host = false;
+    // A standby store is a server thread per agent process; thousands in this one process would measure the
+    // simulation, not the rendezvous (which is the same with or without failover).
+    ro.failover = false;
     char id[32];
     std::snprintf(id, sizeof id, "node-%05d", i);
     ro.identity = id;
