@@ -20,8 +20,7 @@ constexpr milliseconds kProbe{1000};
 
 // A connection to `ep` whose handshake and every request wait at most `timeout`; nullptr when the store
 // does not answer.
-std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeout) {
-  if (probe_tcp(ep.host, ep.port, timeout) != Reach::kOpen) return nullptr;
+std::unique_ptr<StoreClient> connect_quietly(const Endpoint& ep, milliseconds timeout) {
   StoreClientOptions o;
   o.connect_timeout = timeout;
   o.timeout = timeout;
@@ -30,6 +29,12 @@ std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeou
   } catch (const StoreError&) {
     return nullptr;
   }
+}
+
+// As connect_quietly, after a probe: a refused or silent endpoint costs no connect retries.
+std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeout) {
+  if (probe_tcp(ep.host, ep.port, timeout) != Reach::kOpen) return nullptr;
+  return connect_quietly(ep, timeout);
 }
 
 std::string reach_text(Reach r) {
@@ -87,7 +92,7 @@ bool StoreFailover::lost(const Endpoint& store, Clock::time_point silent_since) 
   while (true) {
     const Reach reach = probe_tcp(store.host, store.port, kProbe);
     if (reach == Reach::kRefused) return true;
-    if (reach == Reach::kOpen && open_client(store, kProbe)) return false;
+    if (reach == Reach::kOpen && connect_quietly(store, kProbe)) return false;
     if (Clock::now() >= deadline) return true;
     std::this_thread::sleep_for(std::min(milliseconds(250), heartbeat_timeout_));
   }
