@@ -90,6 +90,8 @@ struct WorkerLaunch {
   // Pass console output through the agent even without a prefix or a file, so that the lines of several
   // workers sharing the console never interleave.
   bool whole_lines = false;
+  // CPUs the worker is bound to (sched_setaffinity in the child, before exec); empty = the agent's own set.
+  std::vector<int> cpu_affinity;
 };
 
 class ProcessContext {
