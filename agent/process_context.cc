@@ -2,15 +2,14 @@
 
 #include "agent/orphan_guard.h"
 #include "agent/output_pump.h"
+#include "agent/spawn.h"
 #include "agent/unique_fd.h"
 
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -19,8 +18,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/extend.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
@@ -31,7 +28,6 @@
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
-namespace bp = boost::process;
 
 namespace {
 
@@ -111,39 +107,6 @@ StreamSetup setup_stream(const std::filesystem::path& file, bool console, const 
   return s;
 }
 
-// In the forked child, before exec: only async-signal-safe calls. On failure the error goes to the parent
-// through Boost.Process's error pipe and the child exits.
-template <typename Executor>
-void child_setup(Executor& e, pid_t parent, int out_fd, int err_fd) {
-  auto fail = [&e](const char* what) {
-    e.set_error(std::error_code(errno, std::system_category()), what);
-    ::_exit(127);
-  };
-  if (::setpgid(0, 0) != 0) fail("setpgid(0, 0) failed");
-  // The agent's handlers must not run in the child before exec; ignored signals stay ignored except these.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0) continue;
-    const bool has_handler =
-        (old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
-    if (has_handler || sig == SIGPIPE || sig == SIGXFSZ) ::sigaction(sig, &dfl, nullptr);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl(PR_SET_PDEATHSIG) failed");
-  if (::getppid() != parent) ::_exit(127);  // the agent died before prctl: nobody to run for
-  // Like Python's close_fds=True: no fd of the agent but 0-2 survives exec. Marked close-on-exec rather than
-  // closed, so that Boost.Process's exec-error pipe keeps working. Older kernels (< 5.11): skipped.
-  ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-  for (auto [fd, target] : {std::pair{out_fd, STDOUT_FILENO}, std::pair{err_fd, STDERR_FILENO}}) {
-    if (fd < 0) continue;
-    if (fd == target ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(fd, target) < 0) fail("dup2 failed");
-  }
-}
-
 void wait_reaped(pid_t pid) {
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
@@ -221,39 +184,29 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, w.whole_lines, who);
   StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, w.whole_lines, who);
 
-  const pid_t parent = ::getpid();
-  const int out_fd = out.child_fd.get(), err_fd = err.child_fd.get();
-  std::error_code ec;
-  pid_t failed_pid = -1;
-  bp::child child(bp::extend::on_setup([&](auto& e) {
-                    e.exe = exe.c_str();
-                    e.cmd_line = argv_ptrs.data();
-                    e.env = env_ptrs.data();
-                  }),
-                  bp::extend::on_exec_setup([&](auto& e) { child_setup(e, parent, out_fd, err_fd); }),
-                  bp::extend::on_error([&](auto& e, const std::error_code&) { failed_pid = e.pid; }), ec);
+  cpu_set_t affinity;
+  CPU_ZERO(&affinity);
+  for (int cpu : w.cpu_affinity) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) throw std::invalid_argument(who + ": CPU " + std::to_string(cpu) + " out of range");
+    CPU_SET(cpu, &affinity);
+  }
+  SpawnRequest request;
+  request.path = exe.c_str();
+  request.argv = argv_ptrs.data();
+  request.envp = env_ptrs.data();
+  request.stdout_fd = out.child_fd.get();
+  request.stderr_fd = err.child_fd.get();
+  request.death_signal = SIGKILL;
+  request.affinity = w.cpu_affinity.empty() ? nullptr : &affinity;
+  SpawnedProcess child = spawn_process(request, who);
   out.child_fd.reset();
   err.child_fd.reset();
-  if (ec) {
-    if (failed_pid > 0) wait_reaped(failed_pid);
-    throw std::system_error(ec, who + ": '" + exe + "'");
-  }
-  child.detach();
-  const pid_t pid = child.id();
-
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) {
-    const int e = errno;
-    ::kill(-pid, SIGKILL);
-    wait_reaped(pid);
-    throw std::system_error(e, std::generic_category(),
-                            who + ": pidfd_open(2) failed (ddprun needs Linux 5.3 or newer)");
-  }
+  const pid_t pid = child.pid;
 
   auto worker = std::make_shared<Worker>();
   worker->local_rank = w.local_rank;
   worker->pid = pid;
-  worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd);
+  worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, child.pidfd.release());
   for (auto* s : {&out, &err}) {
     if (s->pipe_read.get() < 0) continue;
     const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;

@@ -1,7 +1,7 @@
 // ProcessContext: the process layer of the per-node agent (torch's PContext): spawn workers, learn at once
 // when each one exits, signal them, stop them, reap them. The agent loop sits on top of it.
 //
-// Spawning (Boost.Process v1, no shell): each worker is exec'd directly (argv[0] is looked up in the PATH
+// Spawning (agent/spawn.h: clone(CLONE_VM | CLONE_VFORK), no shell): each worker is exec'd directly (argv[0] is looked up in the PATH
 // of the worker's own environment, falling back to the agent's PATH, when it contains no '/'), with exactly
 // the environment given, in a process group of its own (setpgid(0, 0) in the child, so a terminal's Ctrl-C
 // reaches only the agent, which forwards it), with every signal unblocked, the agent's signal handlers and

@@ -1,0 +1,56 @@
+// spawn_process: start one program at the cost of the kernel's process creation.
+//
+// The child is created with clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD) on a small private stack, which is
+// what glibc's posix_spawn does: the agent's page tables are never copied (a fork of the agent costs more
+// the bigger it is), and the calling thread is suspended only until the child has exec'd or failed.
+// posix_spawn itself cannot be used: it has no PR_SET_PDEATHSIG and no CPU affinity.
+//
+// In the child, before exec, in this order (async-signal-safe calls only; the child shares the agent's
+// memory until exec, so it writes nothing but the shared error report):
+//   setpgid(0, 0) when new_process_group; every signal with a handler (and SIGPIPE, SIGXFSZ) back to
+//   SIG_DFL, ignored signals stay ignored; an empty signal mask; prctl(PR_SET_PDEATHSIG, death_signal) and
+//   the getppid() race check (the parent died before prctl: _exit); "0" written to cgroup_procs_fd when
+//   given (the child joins that cgroup); sched_setaffinity(affinity) when given; close_range(3, ~0,
+//   CLOSE_RANGE_CLOEXEC) (Linux >= 5.11; skipped on older kernels); dup2 of stdout_fd/stderr_fd onto 1/2;
+//   execve(path, argv, envp).
+// The parent blocks every signal around the clone (a handler of the agent must never run on the child's
+// stack in the agent's memory) and restores its mask after.
+//
+// PR_SET_PDEATHSIG fires when the *thread* that called spawn_process dies: call it from a thread that lives
+// as long as the child.
+//
+// Errors: throws std::system_error "<who>: <step> of '<path>'" (step: execve, setpgid, ...) with its errno;
+// the failed child has been reaped then. `path` must be a path (no PATH lookup: see find_program).
+// Threads: any thread; concurrent calls are safe (each uses its own stack).
+#pragma once
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include <string>
+
+#include "agent/unique_fd.h"
+
+namespace ddprun::agent {
+
+struct SpawnRequest {
+  const char* path = nullptr;    // the program (execve's path)
+  char* const* argv = nullptr;   // null-terminated
+  char* const* envp = nullptr;   // null-terminated: the COMPLETE environment
+  int stdout_fd = -1;            // becomes the child's fd 1; -1: inherit
+  int stderr_fd = -1;            // becomes the child's fd 2; -1: inherit
+  bool new_process_group = true;
+  int death_signal = 0;          // PR_SET_PDEATHSIG; 0: none
+  int cgroup_procs_fd = -1;      // an open cgroup.procs to join; -1: stay in the agent's cgroup
+  const cpu_set_t* affinity = nullptr;  // nullptr: inherit the agent's CPU set
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  UniqueFd pidfd;  // readable once the process has exited
+};
+
+// `who` starts every error message (e.g. "cannot start local_rank 3").
+SpawnedProcess spawn_process(const SpawnRequest& request, const std::string& who);
+
+}  // namespace ddprun::agent
