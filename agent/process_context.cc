@@ -1,29 +1,27 @@
 #include "agent/process_context.h"
 
-#include "agent/orphan_guard.h"
-#include "agent/output_pump.h"
-#include "agent/spawn.h"
-#include "agent/unique_fd.h"
-
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 #include <system_error>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
-#include <spdlog/spdlog.h>
+#include "agent/orphan_guard.h"
+#include "agent/output_pump.h"
+#include "agent/spawn.h"
+#include "agent/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -187,7 +185,8 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   cpu_set_t affinity;
   CPU_ZERO(&affinity);
   for (int cpu : w.cpu_affinity) {
-    if (cpu < 0 || cpu >= CPU_SETSIZE) throw std::invalid_argument(who + ": CPU " + std::to_string(cpu) + " out of range");
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+      throw std::invalid_argument(who + ": CPU " + std::to_string(cpu) + " out of range");
     CPU_SET(cpu, &affinity);
   }
   SpawnRequest request;

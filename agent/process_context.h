@@ -1,13 +1,13 @@
 // ProcessContext: the process layer of the per-node agent (torch's PContext): spawn workers, learn at once
 // when each one exits, signal them, stop them, reap them. The agent loop sits on top of it.
 //
-// Spawning (agent/spawn.h: clone(CLONE_VM | CLONE_VFORK), no shell): each worker is exec'd directly (argv[0] is looked up in the PATH
-// of the worker's own environment, falling back to the agent's PATH, when it contains no '/'), with exactly
-// the environment given, in a process group of its own (setpgid(0, 0) in the child, so a terminal's Ctrl-C
-// reaches only the agent, which forwards it), with every signal unblocked, the agent's signal handlers and
-// SIGPIPE/SIGXFSZ back at their defaults, no fd of the agent but 0-2 (close_range(CLOEXEC), Linux >= 5.11;
-// on older kernels only fds opened O_CLOEXEC stay out), and prctl(PR_SET_PDEATHSIG, SIGKILL) plus the
-// getppid() race check, so no worker outlives a SIGKILLed agent.
+// Spawning (agent/spawn.h: clone(CLONE_VM | CLONE_VFORK), no shell): each worker is exec'd directly (argv[0]
+// is looked up in the PATH of the worker's own environment, falling back to the agent's PATH, when it
+// contains no '/'), with exactly the environment given, in a process group of its own (setpgid(0, 0) in the
+// child, so a terminal's Ctrl-C reaches only the agent, which forwards it), with every signal unblocked, the
+// agent's signal handlers and SIGPIPE/SIGXFSZ back at their defaults, no fd of the agent but 0-2
+// (close_range(CLOEXEC), Linux >= 5.11; on older kernels only fds opened O_CLOEXEC stay out), and
+// prctl(PR_SET_PDEATHSIG, SIGKILL) plus the getppid() race check, so no worker outlives a SIGKILLed agent.
 // PR_SET_PDEATHSIG fires when the *thread* that forked dies, not the process: call spawn() only from a
 // thread that lives as long as the workers (the io_context's thread of the agent); the end of that thread
 // SIGKILLs every worker it spawned.

@@ -90,9 +90,10 @@ class SignalsBlocked {
 
 SpawnedProcess spawn_process(const SpawnRequest& request, const std::string& who) {
   const std::string what = "'" + std::string(request.path ? request.path : "(null)") + "'";
-  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                       -1, 0);
-  if (stack == MAP_FAILED) throw std::system_error(errno, std::generic_category(), who + ": mmap of a stack to start " + what);
+  void* stack =
+      ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED)
+    throw std::system_error(errno, std::generic_category(), who + ": mmap of a stack to start " + what);
 
   ChildArgs args{&request, ::getpid(), 0, nullptr};
   int pidfd = -1;
@@ -105,7 +106,8 @@ SpawnedProcess spawn_process(const SpawnRequest& request, const std::string& who
     clone_errno = errno;
   }
   ::munmap(stack, kChildStack);
-  if (pid < 0) throw std::system_error(clone_errno, std::generic_category(), who + ": clone(2) to start " + what);
+  if (pid < 0)
+    throw std::system_error(clone_errno, std::generic_category(), who + ": clone(2) to start " + what);
 
   UniqueFd owned_pidfd(pidfd);
   if (args.failed_step != nullptr) {

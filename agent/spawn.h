@@ -34,14 +34,14 @@
 namespace ddprun::agent {
 
 struct SpawnRequest {
-  const char* path = nullptr;    // the program (execve's path)
-  char* const* argv = nullptr;   // null-terminated
-  char* const* envp = nullptr;   // null-terminated: the COMPLETE environment
-  int stdout_fd = -1;            // becomes the child's fd 1; -1: inherit
-  int stderr_fd = -1;            // becomes the child's fd 2; -1: inherit
+  const char* path = nullptr;   // the program (execve's path)
+  char* const* argv = nullptr;  // null-terminated
+  char* const* envp = nullptr;  // null-terminated: the COMPLETE environment
+  int stdout_fd = -1;           // becomes the child's fd 1; -1: inherit
+  int stderr_fd = -1;           // becomes the child's fd 2; -1: inherit
   bool new_process_group = true;
-  int death_signal = 0;          // PR_SET_PDEATHSIG; 0: none
-  int cgroup_procs_fd = -1;      // an open cgroup.procs to join; -1: stay in the agent's cgroup
+  int death_signal = 0;                 // PR_SET_PDEATHSIG; 0: none
+  int cgroup_procs_fd = -1;             // an open cgroup.procs to join; -1: stay in the agent's cgroup
   const cpu_set_t* affinity = nullptr;  // nullptr: inherit the agent's CPU set
 };
 
