@@ -19,6 +19,7 @@
 #include "agent/file_timer.h"
 #include "agent/failure_summary.h"
 #include "agent/log_layout.h"
+#include "agent/prestart.h"
 #include "agent/process_context.h"
 #include "agent/progress_monitor.h"
 #include "agent/stack_capture.h"
@@ -70,6 +71,9 @@ class ElasticAgent::Loop {
   }
 
   bool open_log_dir();
+  std::filesystem::path prestart_stub_path() const {
+    return LogLayout::python_hook_dir(layout_->run_dir()) / "ddprun_prestart.py";
+  }
   bool start_watchdogs();
   void start_io();
   void arm_signals();
@@ -77,6 +81,7 @@ class ElasticAgent::Loop {
   void stop_watcher();
   RoundEnd run_round(WorkerGroup& group);
   std::string spawn(WorkerGroup& group);
+  void schedule_standbys(const WorkerGroup& group);
   void sample_progress(const WorkerGroup& group, ProgressTracker& tracker);
   std::optional<GroupEvent> translate(const WorkerGroup& group, const Event& e) const;
   void dispatch(WorkerGroup& group, GroupEvent event);
@@ -93,6 +98,7 @@ class ElasticAgent::Loop {
   asio::io_context io_;
   asio::signal_set signals_;
   std::unique_ptr<ProcessContext> procs_;
+  asio::steady_timer prestart_timer_{io_};  // --prestart: when the next standbys start (io's thread)
   std::unique_ptr<FileTimerServer> timer_server_;  // torch's FileTimer (on io_), when enabled
   std::thread io_thread_;
   EventQueue events_;
@@ -136,6 +142,12 @@ bool ElasticAgent::Loop::start_watchdogs() {
       std::ofstream hook(LogLayout::python_hook_dir(run_dir) / "sitecustomize.py");
       hook << python_stack_hook();
       if (!hook.flush()) throw std::runtime_error("cannot write " + LogLayout::python_hook_dir(run_dir).string());
+    }
+    if (config_.prestart) {
+      std::filesystem::create_directories(LogLayout::python_hook_dir(run_dir));
+      std::ofstream stub(prestart_stub_path());
+      stub << prestart_stub_source();
+      if (!stub.flush()) throw std::runtime_error("cannot write " + prestart_stub_path().string());
     }
     if (file_timer_enabled(config_)) {
       timer_server_ = std::make_unique<FileTimerServer>(io_, timer_file(config_, run_dir), [this](const TimerRequest& r) {
@@ -344,6 +356,7 @@ void ElasticAgent::Loop::execute(WorkerGroup& group, const Action& a, std::deque
 }
 
 // Spawns every worker of the group (on io's thread, see ProcessContext); "" or the error that stopped it.
+// With --prestart, then starts the standbys for the next round (a failure there only costs their speed-up).
 std::string ElasticAgent::Loop::spawn(WorkerGroup& group) {
   return on_io([&]() -> std::string {
     try {
@@ -351,7 +364,29 @@ std::string ElasticAgent::Loop::spawn(WorkerGroup& group) {
     } catch (const std::exception& e) {
       return e.what();
     }
+    if (config_.prestart) schedule_standbys(group);
     return {};
+  });
+}
+
+// On io's thread: starts the standbys for the next round config_.prestart_delay from now (their imports do
+// not compete with the start-up of the workers just spawned). A later call replaces a pending one.
+void ElasticAgent::Loop::schedule_standbys(const WorkerGroup& group) {
+  std::vector<std::pair<WorkerLaunch, size_t>> models;
+  for (const Worker& w : group.workers) {
+    const size_t interpreter_args = config_.workers[static_cast<size_t>(w.local_rank)].interpreter_args;
+    if (interpreter_args > 0) models.emplace_back(w.launch, interpreter_args);
+  }
+  prestart_timer_.expires_after(config_.prestart_delay);
+  prestart_timer_.async_wait([this, models = std::move(models)](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (const auto& [launch, interpreter_args] : models) {
+      try {
+        procs_->prestart(launch, interpreter_args, prestart_stub_path());
+      } catch (const std::exception& e) {
+        spdlog::warn("{}; local_rank {} will start afresh after a restart", e.what(), launch.local_rank);
+      }
+    }
   });
 }
 

@@ -43,7 +43,9 @@ struct WorkerOutput {
 // goes. The rest of its launch (ranks, environment, log paths) comes from each round.
 struct WorkerSpec {
   std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH; no shell
+  size_t interpreter_args = 0;    // leading argv entries that are the Python interpreter's (0: not Python)
   WorkerOutput output;
+  std::vector<int> cpu_affinity;  // --numa-binding: the CPUs it is bound to; empty = the agent's own set
 };
 
 struct AgentConfig {
@@ -52,6 +54,7 @@ struct AgentConfig {
   std::vector<WorkerSpec> workers;  // index = local rank; its size is the local world size
   Env base_env;                                       // inherited by every worker
   bool set_omp_threads = false;
+  bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
   int max_restarts = 0;
   std::chrono::milliseconds shutdown_grace{30000};
   std::chrono::milliseconds exit_barrier_timeout{300000};
@@ -63,6 +66,10 @@ struct AgentConfig {
   // --hang_timeout: a group in which no local rank makes progress for this long is hung (its stacks are
   // captured, then it is stopped as a failure); 0 = off. agent/progress_monitor.h defines progress.
   std::chrono::milliseconds hang_timeout{0};
+  // --prestart: prestart_delay after each spawn, a standby per Python worker for the next round
+  // (agent/prestart.h).
+  bool prestart = false;
+  std::chrono::milliseconds prestart_delay{2000};
 };
 
 // torch's FileTimer is served (agent/file_timer.h): TORCHELASTIC_ENABLE_FILE_TIMER=1 in base_env.

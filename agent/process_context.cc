@@ -14,12 +14,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "agent/orphan_guard.h"
 #include "agent/output_pump.h"
+#include "agent/prestart.h"
 #include "agent/spawn.h"
 #include "agent/unique_fd.h"
 
@@ -136,6 +138,8 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ExitFn on_exit) : io_(io), on_exit_(std::move(on_exit)), grace_timer_(io) {}
 
   pid_t spawn(const WorkerLaunch& w);
+  void prestart(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub);
+  std::vector<int> standbys() const;
   void signal_all(int sig);
   void stop(int sig, std::chrono::milliseconds grace, std::function<void()> done);
   size_t running() const { return running_; }
@@ -143,6 +147,13 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   void close();
 
  private:
+  struct StandbyEntry {
+    Standby standby;
+    std::unique_ptr<asio::posix::stream_descriptor> watch;  // its pidfd
+  };
+  std::optional<SpawnedProcess> release_standby(const WorkerLaunch& w, int out_fd, int err_fd);
+  void on_standby_exited(int local_rank, pid_t pid);
+  void end_standby(StandbyEntry& entry);
   void watch(const std::shared_ptr<Worker>& worker);
   void on_exited(const std::shared_ptr<Worker>& worker);
   void arm_grace_timer();
@@ -154,6 +165,7 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   ExitFn on_exit_;
   std::map<pid_t, std::shared_ptr<Worker>> workers_;   // running, and exited but not reaped yet
   std::vector<std::shared_ptr<OutputPump>> draining_;  // pumps of reaped workers, until end of file
+  std::map<int, std::unique_ptr<StandbyEntry>> standbys_;  // by local rank
   size_t running_ = 0;
   bool closed_ = false;
   bool stopping_ = false;
@@ -169,43 +181,37 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   if (stopping_) throw std::logic_error(who + ": a stop() is in progress");
   if (w.argv.empty()) throw std::invalid_argument(who + ": empty argv");
   const std::string exe = find_program(w.argv[0], w.env, who);
-
-  std::vector<std::string> argv_strings = w.argv;
-  std::vector<std::string> env_strings;
-  for (const auto& [key, value] : w.env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> argv_ptrs, env_ptrs;
-  for (auto& s : argv_strings) argv_ptrs.push_back(s.data());
-  for (auto& s : env_strings) env_ptrs.push_back(s.data());
-  argv_ptrs.push_back(nullptr);
-  env_ptrs.push_back(nullptr);
-
   StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, w.whole_lines, who);
   StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, w.whole_lines, who);
 
-  cpu_set_t affinity;
-  CPU_ZERO(&affinity);
-  for (int cpu : w.cpu_affinity) {
-    if (cpu < 0 || cpu >= CPU_SETSIZE)
-      throw std::invalid_argument(who + ": CPU " + std::to_string(cpu) + " out of range");
-    CPU_SET(cpu, &affinity);
+  std::optional<SpawnedProcess> child = release_standby(w, out.child_fd.get(), err.child_fd.get());
+  if (!child) {
+    ExecStrings strings(w.argv, w.env);
+    cpu_set_t affinity;
+    try {
+      affinity = cpu_set_of(w.cpu_affinity);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(who + ": " + e.what());
+    }
+    SpawnRequest request;
+    request.path = exe.c_str();
+    request.argv = strings.argv();
+    request.envp = strings.envp();
+    request.stdout_fd = out.child_fd.get();
+    request.stderr_fd = err.child_fd.get();
+    request.death_signal = SIGKILL;
+    request.affinity = w.cpu_affinity.empty() ? nullptr : &affinity;
+    child = spawn_process(request, who);
+    guard_.watch(child->pid);
   }
-  SpawnRequest request;
-  request.path = exe.c_str();
-  request.argv = argv_ptrs.data();
-  request.envp = env_ptrs.data();
-  request.stdout_fd = out.child_fd.get();
-  request.stderr_fd = err.child_fd.get();
-  request.death_signal = SIGKILL;
-  request.affinity = w.cpu_affinity.empty() ? nullptr : &affinity;
-  SpawnedProcess child = spawn_process(request, who);
   out.child_fd.reset();
   err.child_fd.reset();
-  const pid_t pid = child.pid;
+  const pid_t pid = child->pid;
 
   auto worker = std::make_shared<Worker>();
   worker->local_rank = w.local_rank;
   worker->pid = pid;
-  worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, child.pidfd.release());
+  worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, child->pidfd.release());
   for (auto* s : {&out, &err}) {
     if (s->pipe_read.get() < 0) continue;
     const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;
@@ -214,11 +220,87 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
     worker->pumps.back()->start();
   }
   workers_[pid] = worker;
-  guard_.watch(pid);
   ++running_;
   watch(worker);
   spdlog::debug("local_rank {}: started {} as pid {}", w.local_rank, exe, pid);
   return pid;
+}
+
+std::optional<SpawnedProcess> ProcessContext::Impl::release_standby(const WorkerLaunch& w, int out_fd, int err_fd) {
+  auto it = standbys_.find(w.local_rank);
+  if (it == standbys_.end()) return std::nullopt;
+  std::unique_ptr<StandbyEntry> entry = std::move(it->second);
+  standbys_.erase(it);
+  if (standby_fits(entry->standby, w)) {
+    try {
+      release(entry->standby, w, out_fd, err_fd);
+      // Its exit is a worker's exit from now on: the standby's own wait is cancelled (and ignored).
+      SpawnedProcess child{entry->standby.pid, UniqueFd(entry->watch->release())};
+      spdlog::debug("local_rank {}: released the pre-started pid {}", w.local_rank, child.pid);
+      return child;
+    } catch (const std::system_error& e) {
+      spdlog::warn("{}; starting local_rank {} afresh", e.what(), w.local_rank);
+    }
+  }
+  end_standby(*entry);
+  return std::nullopt;
+}
+
+void ProcessContext::Impl::prestart(const WorkerLaunch& like, size_t interpreter_args,
+                                    const std::filesystem::path& stub) {
+  if (closed_) throw std::logic_error("prestart: the process context is closed");
+  if (auto it = standbys_.find(like.local_rank); it != standbys_.end()) {
+    end_standby(*it->second);
+    standbys_.erase(it);
+  }
+  auto entry = std::make_unique<StandbyEntry>();
+  entry->standby = start_standby(like, interpreter_args, stub);
+  guard_.watch(entry->standby.pid);
+  entry->watch = std::make_unique<asio::posix::stream_descriptor>(io_, entry->standby.pidfd.release());
+  const int local_rank = like.local_rank;
+  const pid_t pid = entry->standby.pid;
+  entry->watch->async_wait(asio::posix::descriptor_base::wait_read, [weak = weak_from_this(), local_rank, pid](auto ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) return;
+    self->on_standby_exited(local_rank, pid);
+  });
+  spdlog::debug("local_rank {}: pre-started pid {}", local_rank, pid);
+  standbys_[local_rank] = std::move(entry);
+}
+
+void ProcessContext::Impl::on_standby_exited(int local_rank, pid_t pid) {
+  auto it = standbys_.find(local_rank);
+  if (it == standbys_.end() || it->second->standby.pid != pid) return;
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  ExitStatus status;
+  if (info.si_code == CLD_EXITED) {
+    status.exit_code = info.si_status;
+  } else {
+    status.signal = info.si_status;
+  }
+  spdlog::warn("the pre-started worker of local_rank {} (pid {}) ended with {} before it was needed; local_rank {} "
+               "will start afresh",
+               local_rank, pid, status.describe(), local_rank);
+  end_standby(*it->second);
+  standbys_.erase(it);
+}
+
+// SIGKILLs what is left of a standby's process group, reaps it and closes its socket.
+void ProcessContext::Impl::end_standby(StandbyEntry& entry) {
+  const pid_t pid = entry.standby.pid;
+  ::kill(-pid, SIGKILL);
+  wait_reaped(pid);
+  guard_.forget(pid);
+  entry.watch.reset();
+  entry.standby.channel.reset();
+}
+
+std::vector<int> ProcessContext::Impl::standbys() const {
+  std::vector<int> ranks;
+  for (const auto& [local_rank, entry] : standbys_) ranks.push_back(local_rank);
+  return ranks;
 }
 
 void ProcessContext::Impl::watch(const std::shared_ptr<Worker>& worker) {
@@ -352,6 +434,8 @@ void ProcessContext::Impl::close() {
     for (auto& pump : worker->pumps) pump->close();
   }
   for (auto& pump : draining_) pump->close();
+  for (auto& [local_rank, entry] : standbys_) end_standby(*entry);
+  standbys_.clear();
   workers_.clear();
   draining_.clear();
   running_ = 0;
@@ -367,6 +451,12 @@ ProcessContext::~ProcessContext() {
 
 pid_t ProcessContext::spawn(const WorkerLaunch& w) {
   return impl_->spawn(w);
+}
+void ProcessContext::prestart(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub) {
+  impl_->prestart(like, interpreter_args, stub);
+}
+std::vector<int> ProcessContext::standbys() const {
+  return impl_->standbys();
 }
 void ProcessContext::signal_all(int sig) {
   impl_->signal_all(sig);

@@ -108,10 +108,22 @@ class ProcessContext {
   ProcessContext& operator=(const ProcessContext&) = delete;
 
   // Spawns one worker (see the top of this file) and returns its pid, which is also its process-group id.
+  // With a standby for w.local_rank that fits (prestart()), releases it instead, with the same streams; if
+  // the release fails (the standby died), the standby is killed and the worker started fresh.
   // Throws std::system_error naming the program (or the file) when it cannot be started: program not found
   // or not executable, output file not writable, fork/exec failure. Throws std::invalid_argument for an
   // empty argv and std::logic_error while a stop() is in progress. Call from the io thread only (see above).
   pid_t spawn(const WorkerLaunch& w);
+
+  // Starts a standby for like.local_rank (agent/prestart.h): `like.argv[0..interpreter_args) stub`, waiting
+  // to be released by a later spawn() of that local rank with the same interpreter prefix, which then runs
+  // its script in it instead of a fresh process. Replaces (SIGKILLs) an earlier standby of that local rank.
+  // A standby that exits before it is needed is reaped and logged (warning); the next spawn starts fresh.
+  // Standbys are not workers: running(), pids(), stop() and on_exit leave them out; the destructor
+  // SIGKILLs them. Throws like spawn().
+  void prestart(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub);
+  // Local ranks with a standby waiting (ascending).
+  std::vector<int> standbys() const;
 
   // kill(-pgid, sig) for each running worker. Returns at once; exits are reported through on_exit.
   void signal_all(int sig);

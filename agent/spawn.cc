@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -62,7 +63,8 @@ int child_main(void* raw) {
   }
   // Like Python's close_fds=True: no fd of the agent but 0-2 survives exec. Older kernels (< 5.11): skipped.
   ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-  for (auto [fd, target] : {std::pair{r.stdout_fd, STDOUT_FILENO}, std::pair{r.stderr_fd, STDERR_FILENO}}) {
+  for (auto [fd, target] : {std::pair{r.stdout_fd, STDOUT_FILENO}, std::pair{r.stderr_fd, STDERR_FILENO},
+                            std::pair{r.fd3, 3}}) {
     if (fd < 0) continue;
     if (fd == target ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(fd, target) < 0) child_fail(args, "dup2");
   }
@@ -87,6 +89,25 @@ class SignalsBlocked {
 };
 
 }  // namespace
+
+ExecStrings::ExecStrings(std::vector<std::string> argv, const std::map<std::string, std::string>& env)
+    : argv_(std::move(argv)) {
+  for (const auto& [key, value] : env) env_.push_back(key + "=" + value);
+  for (auto& s : argv_) argv_ptrs_.push_back(s.data());
+  for (auto& s : env_) env_ptrs_.push_back(s.data());
+  argv_ptrs_.push_back(nullptr);
+  env_ptrs_.push_back(nullptr);
+}
+
+cpu_set_t cpu_set_of(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) throw std::invalid_argument("CPU " + std::to_string(cpu) + " out of range");
+    CPU_SET(cpu, &set);
+  }
+  return set;
+}
 
 SpawnedProcess spawn_process(const SpawnRequest& request, const std::string& who) {
   const std::string what = "'" + std::string(request.path ? request.path : "(null)") + "'";

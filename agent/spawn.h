@@ -11,8 +11,8 @@
 //   SIG_DFL, ignored signals stay ignored; an empty signal mask; prctl(PR_SET_PDEATHSIG, death_signal) and
 //   the getppid() race check (the parent died before prctl: _exit); "0" written to cgroup_procs_fd when
 //   given (the child joins that cgroup); sched_setaffinity(affinity) when given; close_range(3, ~0,
-//   CLOSE_RANGE_CLOEXEC) (Linux >= 5.11; skipped on older kernels); dup2 of stdout_fd/stderr_fd onto 1/2;
-//   execve(path, argv, envp).
+//   CLOSE_RANGE_CLOEXEC) (Linux >= 5.11; skipped on older kernels); dup2 of stdout_fd/stderr_fd onto 1/2
+//   and of fd3 onto 3; execve(path, argv, envp).
 // The parent blocks every signal around the clone (a handler of the agent must never run on the child's
 // stack in the agent's memory) and restores its mask after.
 //
@@ -27,7 +27,9 @@
 #include <sched.h>
 #include <sys/types.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "agent/unique_fd.h"
 
@@ -43,7 +45,23 @@ struct SpawnRequest {
   int death_signal = 0;                 // PR_SET_PDEATHSIG; 0: none
   int cgroup_procs_fd = -1;             // an open cgroup.procs to join; -1: stay in the agent's cgroup
   const cpu_set_t* affinity = nullptr;  // nullptr: inherit the agent's CPU set
+  int fd3 = -1;                         // becomes the child's fd 3 (no close-on-exec); -1: none
 };
+
+// argv and envp for a SpawnRequest, built from strings (they live as long as this object).
+class ExecStrings {
+ public:
+  ExecStrings(std::vector<std::string> argv, const std::map<std::string, std::string>& env);
+  char* const* argv() { return argv_ptrs_.data(); }
+  char* const* envp() { return env_ptrs_.data(); }
+
+ private:
+  std::vector<std::string> argv_, env_;
+  std::vector<char*> argv_ptrs_, env_ptrs_;
+};
+
+// A cpu_set_t of `cpus`; throws std::invalid_argument naming a CPU number outside [0, CPU_SETSIZE).
+cpu_set_t cpu_set_of(const std::vector<int>& cpus);
 
 struct SpawnedProcess {
   pid_t pid = -1;

@@ -1,5 +1,7 @@
 #include "agent/worker_env.h"
 
+#include "rendezvous/text_util.h"
+
 extern char** environ;
 
 namespace ddprun::agent {
@@ -28,6 +30,22 @@ Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round
   env.try_emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
   if (set_omp_threads) env.try_emplace("OMP_NUM_THREADS", "1");
   return env;
+}
+
+std::optional<std::string> virtual_device(const Env& base, int local_rank) {
+  auto it = base.find("CUDA_VISIBLE_DEVICES");
+  if (it == base.end()) return std::to_string(local_rank);
+  const auto devices = rdzv::split(it->second, ',');
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= devices.size()) return std::nullopt;
+  std::string device = devices[static_cast<size_t>(local_rank)];
+  device.erase(0, device.find_first_not_of(" \t\n\r\f\v"));
+  device.erase(device.find_last_not_of(" \t\n\r\f\v") + 1);
+  return device;
+}
+
+void apply_virtual_local_rank(const Env& base, int local_rank, Env& env) {
+  env["LOCAL_RANK"] = "0";
+  if (auto device = virtual_device(base, local_rank)) env["CUDA_VISIBLE_DEVICES"] = *device;
 }
 
 Env current_environment() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ struct RoundEnv {
 // unset in base and more than one local worker) ; TORCH_NCCL_ASYNC_ERROR_HANDLING and
 // NCCL_ASYNC_ERROR_HANDLING default to "1" when unset.
 Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round, bool set_omp_threads);
+
+// torchrun's --virtual-local-rank: the device worker `local_rank` sees as its only one. With
+// CUDA_VISIBLE_DEVICES set in `base`, its local_rank-th comma-separated entry, spaces trimmed (nullopt when
+// the list is shorter: torch refuses to start); unset, the local rank itself.
+std::optional<std::string> virtual_device(const Env& base, int local_rank);
+
+// Applies --virtual-local-rank to a worker's environment `env` (made by worker_env from `base`), as torch
+// does: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=virtual_device(base, local_rank). Precondition: that device
+// exists (the launcher refused the command line otherwise); else CUDA_VISIBLE_DEVICES is left as it is.
+void apply_virtual_local_rank(const Env& base, int local_rank, Env& env);
 
 // The process environment as a map.
 Env current_environment();

@@ -80,10 +80,13 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     w.local_rank = lr;
     w.argv = config.workers[static_cast<size_t>(lr)].argv;
     w.env = worker_env(config.base_env, who, env, config.set_omp_threads);
+    if (config.virtual_local_rank) apply_virtual_local_rank(config.base_env, lr, w.env);
+    w.cpu_affinity = config.workers[static_cast<size_t>(lr)].cpu_affinity;
     add_watchdog_env(config, p, w.env);
     if (o.stdout_to_file) w.stdout_file = p.stdout_file;
-    // stderr always goes to its log file as well, so a failure can quote its last lines.
-    w.stderr_file = p.stderr_file;
+    // torchrun's files only (agent/log_layout.h): stderr.log when -r/-t ask for it, and with hang detection or
+    // the FileTimer, whose stack dumps and progress are read from it.
+    if (o.stderr_to_file || stack_capture_enabled(config)) w.stderr_file = p.stderr_file;
     w.console_stdout = o.stdout_to_console;
     w.whole_lines = nproc > 1;  // several workers share the console: never interleave half lines
     w.console_stderr = o.stderr_to_console;

@@ -2,7 +2,8 @@
 // environment, log files and console routing), from the agent's configuration and the rendezvous result.
 //
 // Per local rank: the environment contract of agent/worker_env.h (restart count = the round number, since
-// every round is a new attempt for the workers); stdout to its log file when the rank's output says so,
+// every round is a new attempt for the workers; with virtual_local_rank, LOCAL_RANK=0 and one device in
+// CUDA_VISIBLE_DEVICES); the worker's cpu_affinity (--numa-binding); stdout to its log file when the rank's output says so,
 // stderr always to its log file too (a failure report quotes its last lines); whole console lines when
 // more than one worker shares the console; the console prefix "[<node_tag>:<role><local_rank>]:" (no
 // "<node_tag>:" when the tag is empty) when prefix_console is set. With hang detection or torch's FileTimer

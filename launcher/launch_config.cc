@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "agent/worker_env.h"  // virtual_device
 #include "launcher/flag_values.h"
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
@@ -36,8 +37,12 @@ class UsageFormatter : public CLI::Formatter {
 
 class Parser {
  public:
-  Parser(const Env& env, std::function<int()> gpu_count, bool launch_mode)
-      : env_(env), gpu_count_(std::move(gpu_count)), launch_mode_(launch_mode) {
+  Parser(const Env& env, std::function<int()> gpu_count, std::function<agent::NumaMachine()> numa_machine,
+         bool launch_mode)
+      : env_(env),
+        gpu_count_(std::move(gpu_count)),
+        numa_machine_(std::move(numa_machine)),
+        launch_mode_(launch_mode) {
     app_.formatter(std::make_shared<UsageFormatter>());
     app_.description(
         "ddprun: a drop-in replacement for torchrun.\n"
@@ -56,6 +61,10 @@ class Parser {
     value("--max_restarts,--max-restarts", "MAX_RESTARTS", "Worker group restarts before failing", "0");
     value("--monitor_interval,--monitor-interval", "MONITOR_INTERVAL", "Seconds; accepted, unused", "0.1");
     value("--start_method,--start-method", "START_METHOD", "spawn, fork or forkserver (all exec)", "spawn");
+    value("--event_log_handler,--event-log-handler", "EVENT_LOG_HANDLER",
+          "torchrun's agent event handler: null, console or dynamic_rendezvous (accepted; ddprun does not print "
+          "events yet)",
+          "null");
     value("--role", "ROLE", "User-defined role name of the workers", "default");
     flag("-m,--module", "MODULE", "Run the script as a Python module (python -m)");
     flag("--no_python,--no-python", "NO_PYTHON", "Execute the script directly, without python");
@@ -66,11 +75,21 @@ class Parser {
     value("-t,--tee", "TEE", "Tee std streams to log files and console: 0-3 or LR:N,...", "0");
     value("--local_ranks_filter,--local-ranks-filter", "LOCAL_RANKS_FILTER", "Console shows only these ranks",
           "");
+    value("--duplicate_stdout_filters,--duplicate-stdout-filters", "DUPLICATE_STDOUT_FILTERS",
+          "torchrun: tee'd stdout lines containing one of these (comma-separated, ',,' = a comma) also go to "
+          "filtered_stdout.log (accepted; not written by ddprun yet)",
+          "");
+    value("--duplicate_stderr_filters,--duplicate-stderr-filters", "DUPLICATE_STDERR_FILTERS",
+          "Same for stderr and filtered_stderr.log (accepted; not written yet)", "");
     value("--node_rank,--node-rank", "NODE_RANK", "Rank of this node (static rendezvous)", "0");
     value("--master_addr,--master-addr", "MASTER_ADDR", "Address of node 0 (static rendezvous)", "127.0.0.1");
     value("--master_port,--master-port", "MASTER_PORT", "Port on node 0 (static rendezvous)", "29500");
     value("--local_addr,--local-addr", "LOCAL_ADDR", "Address of this node for the rendezvous", "");
     value("--logs_specs,--logs-specs", "", "torchrun LogsSpecs plugin: not supported by ddprun", "");
+    value("--numa_binding,--numa-binding", "",
+          "Bind local rank N to CPUs near GPU N: node, socket, exclusive or core-complex", "");
+    flag("--virtual_local_rank,--virtual-local-rank", "VIRTUAL_LOCAL_RANK",
+         "LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES");
     value("--signals_to_handle,--signals-to-handle", "SIGNALS_TO_HANDLE", "Signals forwarded to workers",
           "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
     value("--shutdown_timeout,--shutdown-timeout", "SHUTDOWN_TIMEOUT",
@@ -79,6 +98,11 @@ class Parser {
           "300");
     value("--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
           "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0");
+    flag("--prestart", "PRESTART",
+         "Keep the next generation of Python workers started, torch imported, so a restart skips the "
+         "interpreter's start-up (docs/cli.md lists what differs from a fresh process)");
+    value("--prestart_delay,--prestart-delay", "PRESTART_DELAY",
+          "Seconds after the workers start before the next generation is pre-started", "2");
     value("--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3");
     flag("--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything");
     value("--log_level,--log-level", "", "trace, debug, info, warn, error, critical or off", "info");
@@ -323,6 +347,12 @@ class Parser {
     c.shutdown_timeout = seconds(get("--shutdown_timeout"));
     c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
     c.hang_timeout = seconds(get("--hang_timeout"));
+    c.prestart = flag_value("--prestart");
+    c.prestart_delay = seconds(get("--prestart_delay"));
+    if (c.prestart && c.no_python && !c.run_path) {
+      throw UsageError("ddprun: --prestart pre-starts Python workers and cannot be used with --no_python; drop "
+                       "one of the two");
+    }
     c.python = get("--python").text;
     if (!given("--python")) {
       for (const char* var : {"DDPRUN_PYTHON", "PYTHON_EXEC"}) {
@@ -408,8 +438,64 @@ class Parser {
     master(c);
     launch(c);
     local_rank_arg(c);
+    newer_torch_flags(c);
     slurm_finish(c);
     fixed_port_for_many_nodes(c);
+  }
+
+  // The flags of torchrun 2.9 and later: --virtual-local-rank, --duplicate-*-filters, --event-log-handler,
+  // --numa-binding.
+  void newer_torch_flags(LaunchConfig& c) {
+    c.virtual_local_rank = flag_value("--virtual_local_rank");
+    for (int lr = 0; c.virtual_local_rank && lr < c.nproc_per_node; ++lr) {
+      if (agent::virtual_device(env_, lr)) continue;
+      const std::string visible = env_.at("CUDA_VISIBLE_DEVICES");
+      throw UsageError("ddprun: --virtual-local-rank gives local rank " + std::to_string(lr) +
+                       " its entry of CUDA_VISIBLE_DEVICES='" + visible + "', which has only " +
+                       std::to_string(rdzv::split(visible, ',').size()) +
+                       "; list one device per local rank (--nproc_per_node=" + std::to_string(c.nproc_per_node) +
+                       ") or unset it");
+    }
+    if (auto g = given("--duplicate_stdout_filters")) c.duplicate_stdout_filters = comma_separated_list(g->text);
+    if (auto g = given("--duplicate_stderr_filters")) c.duplicate_stderr_filters = comma_separated_list(g->text);
+    const std::string handler = one_of(get("--event_log_handler"), {"null", "console", "dynamic_rendezvous"});
+    c.event_log_handler = handler == "console"              ? EventLogHandler::kConsole
+                          : handler == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
+                                                            : EventLogHandler::kNull;
+    if (auto g = given("--numa_binding")) numa_binding(c, *g);
+    // Accepted, so that torchrun command lines run unchanged; what they do needs the agent's output pumps and
+    // event log (not yet there): say so rather than pretend.
+    for (std::string stream : {"stdout", "stderr"}) {
+      const std::string f = "--duplicate_" + stream + "_filters";
+      if (given(f)) warnings_.push_back(f + " is accepted but ddprun does not write filtered_" + stream + ".log yet");
+    }
+    if (c.event_log_handler == EventLogHandler::kConsole) {
+      warnings_.push_back("--event_log_handler=console is accepted but ddprun does not print agent events yet");
+    }
+  }
+
+  // --numa-binding: the CPUs of every local rank, chosen now so that a machine without what the mode needs
+  // (a GPU per local rank, first of all) is a usage error before anything starts.
+  void numa_binding(LaunchConfig& c, const Given& g) {
+    c.numa_binding = agent::parse_numa_affinity(trim(g.text));
+    if (!c.numa_binding) fail(g, "node, socket, exclusive or core-complex");
+    agent::NumaMachine machine;
+    if (numa_machine_) {
+      machine = numa_machine_();
+    } else {
+      auto cvd = env_.find("CUDA_VISIBLE_DEVICES");
+      machine = agent::read_numa_machine(
+          "/sys", cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second), agent::current_cpu_set());
+    }
+    for (int lr = 0; lr < c.nproc_per_node; ++lr) {
+      try {
+        auto cpus = agent::cpus_for_gpu(*c.numa_binding, lr, machine);
+        c.worker_cpus.emplace_back(cpus.begin(), cpus.end());
+      } catch (const agent::NumaBindingError& e) {
+        throw UsageError("ddprun: --numa-binding=" + g.text + ": " + e.what() +
+                         " (NUMA binding is for GPU jobs; leave the flag out to run unbound)");
+      }
+    }
   }
 
   // Port 0 lets the store bind any free port: only its own node would know which.
@@ -427,6 +513,7 @@ class Parser {
   std::map<std::string, Opt> opts_;
   const Env& env_;
   std::function<int()> gpu_count_;
+  std::function<agent::NumaMachine()> numa_machine_;  // --numa-binding's machine; empty = read /sys
   bool launch_mode_;  // ddprun-launch: torch.distributed.launch's flags and --local-rank=N
   std::vector<std::string> warnings_;
   std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
@@ -462,13 +549,30 @@ std::optional<StdSpec> parse_std_spec(const std::string& text) {
   return spec;
 }
 
+std::vector<std::string> comma_separated_list(const std::string& text) {
+  // torch: replace ",," by a placeholder, split on ",", put the commas back.
+  std::vector<std::string> out{""};
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      out.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      out.back() += ',';
+      ++i;
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
+}
+
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
-                                const std::function<int()>& gpu_count, LaunchConfig& out) {
+                                const std::function<int()>& gpu_count, LaunchConfig& out,
+                                const std::function<agent::NumaMachine()>& numa_machine) {
   try {
     LaunchConfig c;
     const bool launch_mode = !argv.empty() && std::filesystem::path(argv[0]).filename() == "ddprun-launch";
-    Parser parser(env, gpu_count, launch_mode);
+    Parser parser(env, gpu_count, numa_machine, launch_mode);
     ParseResult r = parser.run(argv, c);
     if (!r.should_exit) out = std::move(c);
     return r;

@@ -6,7 +6,7 @@
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
 // Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
-// reads /proc and /dev) and std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe
+// reads /proc and /dev), /sys and the CPU set for --numa-binding (agent/numa_topology.h) and std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe
 // (no shared state). Each single value is judged by launcher/flag_values.h.
 //
 // Errors: a bad command line gives ParseResult{exit_code 2, should_exit true} and one message that starts
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/numa_topology.h"     // --numa-binding
 #include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
 #include "launcher/flag_values.h"   // RdzvTimings
 #include "launcher/slurm_env.h"
@@ -62,6 +63,14 @@ struct SlurmLaunch {
 // How the agents of a job meet (--rdzv_backend, --standalone). torchrun labels --standalone "c10d"; ddprun
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
 enum class RendezvousKind { kStatic, kC10d, kStandalone };
+
+// torchrun's --event-log-handler values (torch.distributed.elastic.events.handlers): "null" (default),
+// "console" (the agent's events as JSON lines on stderr), "dynamic_rendezvous" (a null handler too).
+enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
+
+// torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
+// {""} (an empty filter, which every line contains).
+std::vector<std::string> comma_separated_list(const std::string& text);
 
 struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
@@ -108,6 +117,8 @@ struct LaunchConfig {
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
+  bool prestart = false;              // --prestart (ddprun extension): agent/prestart.h
+  double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
   // sys.executable)
   std::string python = "python3";
@@ -116,10 +127,22 @@ struct LaunchConfig {
   std::string training_script;
   std::vector<std::string> training_script_args;
   std::optional<SlurmLaunch> slurm;  // --slurm / auto-detected; nullopt = Slurm's variables are ignored
+  // --virtual-local-rank: every worker gets LOCAL_RANK=0 and one device in CUDA_VISIBLE_DEVICES (its entry of
+  // the launcher's CUDA_VISIBLE_DEVICES, else its local rank); a list too short is refused here.
+  bool virtual_local_rank = false;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters (comma_separated_list); empty = none.
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
+  // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index), chosen
+  // at parse time near GPU <local rank> (agent/numa_topology.h); both empty without the flag.
+  std::optional<agent::NumaAffinity> numa_binding;
+  std::vector<std::vector<int>> worker_cpus;
 
   // argv of worker `local_rank`: python -u [-m] script [local_rank_arg=N] args (with ${local_rank}
   // substituted), or the program itself with --no_python; --run_path runs python -u script args. Pure.
   std::vector<std::string> worker_argv(int local_rank) const;
+  // How many leading arguments of worker_argv() are the interpreter's (python -u): 2; 0 with --no_python.
+  size_t interpreter_args() const;
 };
 
 // should_exit: true for --help/--version (exit_code 0, message = text for stdout) and for errors (exit_code
@@ -134,10 +157,13 @@ struct ParseResult {
 // argv as from main (argv[0] is the program name: "ddprun-launch" adds torch.distributed.launch's --use_env
 // and --local_rank_style and passes --local-rank=N to the script); env: the process environment, used for PET_*,
 // DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only for
-// --nproc_per_node gpu|auto (an empty function means count_cuda_devices).
+// --nproc_per_node gpu|auto (an empty function means count_cuda_devices); numa_machine: the machine as
+// --numa-binding sees it, called only for that flag (an empty function reads /sys, env's CUDA_VISIBLE_DEVICES
+// and this process's CPU set: agent::read_numa_machine).
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
-                                const std::function<int()>& gpu_count, LaunchConfig& out);
+                                const std::function<int()>& gpu_count, LaunchConfig& out,
+                                const std::function<agent::NumaMachine()>& numa_machine = {});
 
 // Torchrun's ${local_rank} macro (Python string.Template.safe_substitute): "${local_rank}" and "$local_rank"
 // become the rank, "$$" becomes "$", anything else is kept.

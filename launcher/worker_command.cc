@@ -40,6 +40,10 @@ std::string substitute_local_rank(const std::string& arg, int local_rank) {
   return out;
 }
 
+size_t LaunchConfig::interpreter_args() const {
+  return no_python && !run_path ? 0 : 2;
+}
+
 std::vector<std::string> LaunchConfig::worker_argv(int local_rank) const {
   std::vector<std::string> argv;
   if (no_python && !run_path) {

@@ -21,6 +21,7 @@ AgentConfig two_workers() {
   c.workers[0].output.stdout_to_file = true;
   c.workers[0].output.stdout_to_console = false;
   c.workers[0].output.prefix_console = true;
+  c.workers[1].output.stderr_to_file = true;
   c.workers[1].output.stderr_to_console = false;
   c.base_env = {{"HOME", "/home/u"}};
   c.set_omp_threads = true;
@@ -75,16 +76,17 @@ TEST_CASE("worker_launches: one launch per local rank with its ranks and the rou
     CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == p[static_cast<size_t>(lr)].error_file.string());
     CHECK(w.env.at("OMP_NUM_THREADS") == "1");
     CHECK(w.env.at("HOME") == "/home/u");
-    CHECK(w.stderr_file == p[static_cast<size_t>(lr)].stderr_file);  // always, for the failure report
-    CHECK(w.whole_lines);                                            // two workers share the console
+    CHECK(w.whole_lines);  // two workers share the console
   }
   // Rank 0: stdout to its file only, console lines prefixed with the node tag.
   CHECK(ws[0].stdout_file == p[0].stdout_file);
+  CHECK(ws[0].stderr_file.empty());  // torchrun's files only: no stderr.log unless -r/-t ask for it
   CHECK_FALSE(ws[0].console_stdout);
   CHECK(ws[0].console_stderr);
   CHECK(ws[0].prefix == "[n1:trainer0]:");
   // Rank 1: stdout to the console only, no prefix, stderr only to its file.
   CHECK(ws[1].stdout_file.empty());
+  CHECK(ws[1].stderr_file == p[1].stderr_file);
   CHECK(ws[1].console_stdout);
   CHECK_FALSE(ws[1].console_stderr);
   CHECK(ws[1].prefix.empty());
@@ -122,6 +124,8 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   c.base_env["PYTHONPATH"] = "/site";
   c.base_env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "50";  // the user's wins
   Env hang = env_of(c);
+  // Stack dumps and progress are read from stderr.log: written with hang detection even without -r/-t.
+  CHECK(worker_launches(c, node_1_round_2(), paths(2), {4, 5}, "job").at(0).stderr_file == paths(2)[0].stderr_file);
   CHECK(hang.at("DDPRUN_PROGRESS_FILE") == "/logs/job_x/attempt_2/1/progress");
   CHECK(hang.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
   CHECK(hang.at("DDPRUN_STACK_SIGNAL") == std::to_string(SIGRTMIN + 3));

@@ -1,10 +1,14 @@
 """Signals to ddprun and what happens to its workers: forwarding, exit codes, the SIGKILL after
 --shutdown_timeout, process groups, and no orphans when the agent itself is SIGKILLed. Fake workers only."""
+import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
 import unittest
 
-from ddprun_testlib import IntegrationTestCase, proc_stat, wait_until
+from ddprun_testlib import HOST_PYTHON, IntegrationTestCase, proc_stat, read_pidfile, wait_until
 
 WAIT = 60  # seconds: bound for anything that should take well under a second
 
@@ -105,6 +109,147 @@ class Orphans(IntegrationTestCase):
         grandchildren = [int(p) for p in re.findall(r"^grandchild (\d+)$", agent.stdout(), re.M)]
         self.assertEqual(len(grandchildren), 1, agent.describe())
         self.assert_gone(grandchildren, 10, "grandchild of a failed worker")
+
+
+# A worker that leaves two processes outside its process group, each running `sleep` with the test's token
+# in argv: a child that calls setsid(), and a daemon (fork, setsid, fork, the middle one exits). Writes
+# their pids to <dir>/escaped_<local_rank>, then its own to <dir>/pid_<local_rank>; then exits 0 ("exit") or
+# sleeps ("hang"). Usage: escaping_worker.py DIR TOKEN exit|hang
+ESCAPING_WORKER = r"""
+import os, sys, time
+out, token, then = sys.argv[1], sys.argv[2], sys.argv[3]
+rank = os.environ["LOCAL_RANK"]
+sleeper = ["/bin/sh", "-c", "exec sleep 1000", "escaped-" + token]
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    os.write(w, b"%d\n" % os.getpid())
+    os.execv(sleeper[0], sleeper)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, b"%d\n" % os.getpid())
+        os.execv(sleeper[0], sleeper)
+    os._exit(0)
+data = b""
+while data.count(b"\n") < 2:
+    data += os.read(r, 64)
+pids = [int(p) for p in data.split()]
+with open(os.path.join(out, "escaped_" + rank), "w") as f:
+    f.write(" ".join(map(str, pids)))
+with open(os.path.join(out, "pid_" + rank), "w") as f:
+    f.write("%d\n" % os.getpid())
+if then == "hang":
+    while True:
+        time.sleep(1000)
+"""
+
+
+def guard_of(agent_pid):
+    """The pid of the agent's child named ddprun-guard, or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = proc_stat(entry)
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if st and st[1] == agent_pid and comm == "ddprun-guard" and st[0] not in ("Z", "X"):
+            return int(entry)
+    return None
+
+
+class EscapedDescendants(IntegrationTestCase):
+    """Descendants that left the worker's session and process group (setsid, a daemon's double fork) end
+    with the agent: its cgroup (cgroup.kill) or, without one, its subreaper sweep (agent/orphan_guard.h)."""
+
+    def start_escaping(self, then, nproc=1, wrap=()):
+        """ddprun (run through `wrap`, a command ending in the ddprun binary, when given) with nproc
+        ESCAPING_WORKERs; returns (agent, the escaped pids) once all are running."""
+        script = self.path("escaping_worker.py")
+        with open(script, "w") as f:
+            f.write(ESCAPING_WORKER)
+        args = ["--standalone", "--nproc_per_node", str(nproc), "--no_python", HOST_PYTHON, script, self.tmp,
+                self.token, then]
+        agent = self.start([*wrap[1:], *args], program=wrap[0] if wrap else None)
+        workers = self.wait_pidfiles(self.path("pid_{}"), nproc, WAIT)
+        escaped = []
+        for lr in range(nproc):
+            with open(self.path(f"escaped_{lr}")) as f:
+                escaped += [int(p) for p in f.read().split()]
+        for pid in escaped:
+            st = proc_stat(pid)
+            self.assertIsNotNone(st, f"escaped process {pid} vanished early")
+            self.assertNotIn(st[2], workers, f"process {pid} should have left its worker's group: {st}")
+        return agent, escaped
+
+    def marked(self):
+        """Live processes with the test's token in argv."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if f"escaped-{self.token}".encode() in argv and proc_stat(entry) and proc_stat(entry)[0] != "Z":
+                found.append(int(entry))
+        return found
+
+    def assert_nothing_left(self, escaped, what):
+        self.assert_gone(escaped, 10, what)
+        self.assertEqual(self.marked(), [], what)
+        self.assertEqual(self.live_processes(), [], what)
+
+    def test_normal_exit_ends_escaped_descendants(self):
+        agent, escaped = self.start_escaping("exit", nproc=2)
+        self.assertEqual(agent.wait(WAIT), 0, agent.describe())
+        self.assert_nothing_left(escaped, "setsid child and daemon after ddprun exited 0")
+
+    def test_sigterm_ends_escaped_descendants(self):
+        agent, escaped = self.start_escaping("hang")
+        agent.signal(signal.SIGTERM)
+        self.assertEqual(agent.wait(WAIT), 143, agent.describe())
+        self.assert_nothing_left(escaped, "setsid child and daemon after SIGTERM to ddprun")
+
+    def test_sigkilled_agent_ends_escaped_descendants(self):
+        agent, escaped = self.start_escaping("hang")
+        guard = guard_of(agent.proc.pid)
+        agent.signal(signal.SIGKILL)
+        self.assertEqual(agent.wait(WAIT, drain=False), -signal.SIGKILL)
+        self.assert_nothing_left(escaped, "setsid child and daemon of a SIGKILLed ddprun")
+        self.assert_gone([guard], 10, "the orphan guard once it has cleaned up")
+
+    def test_guard_is_named_and_restarted(self):
+        agent, escaped = self.start_escaping("hang")
+        guard = wait_until(lambda: guard_of(agent.proc.pid), WAIT, "the orphan guard")
+        with open(f"/proc/{guard}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        self.assertEqual(argv[0], b"ddprun-guard", argv)
+        self.assertNotIn(self.token.encode(), b" ".join(argv))  # pgrep -f SCRIPT, kill loops miss it
+        with open(f"/proc/{guard}/environ", "rb") as f:
+            self.assertEqual(f.read(), b"")
+        os.kill(guard, signal.SIGKILL)
+        replacement = wait_until(lambda: (g := guard_of(agent.proc.pid)) != guard and g, WAIT,
+                                 "a new orphan guard")
+        agent.signal(signal.SIGKILL)
+        self.assertEqual(agent.wait(WAIT, drain=False), -signal.SIGKILL)
+        self.assert_nothing_left(escaped, "setsid child and daemon: guard killed, then ddprun SIGKILLed")
+        self.assert_gone([replacement], 10, "the replacement guard once it has cleaned up")
+
+    # Without a writable cgroup (an ordinary user session, a container's read-only /sys/fs/cgroup), ddprun is a
+    # child subreaper: the daemon is re-parented to ddprun, and its end-of-run sweep finds it.
+    def test_without_cgroup_normal_exit_ends_escaped_descendants(self):
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            self.skipTest("needs root and unshare(1) to hide the cgroup hierarchy")
+        ro_cgroup = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                     "mount -o remount,bind,ro /sys/fs/cgroup/unified 2>/dev/null; "
+                     "mount -o remount,bind,ro /sys/fs/cgroup 2>/dev/null; exec \"$0\" \"$@\""]
+        agent, escaped = self.start_escaping("exit", wrap=(*ro_cgroup, os.environ["DDPRUN"]))
+        self.assertEqual(agent.wait(WAIT), 0, agent.describe())
+        self.assert_nothing_left(escaped, "setsid child and daemon after ddprun exited 0 (no cgroup)")
 
 
 if __name__ == "__main__":

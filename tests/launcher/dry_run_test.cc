@@ -60,7 +60,7 @@ TEST_CASE("dry run: one static node, every value known, the run directory in the
         "worker local_rank 1 (rank 1):\n"
         "  argv: python3 -u t.py --msg 'hello world'\n"
         "  stdout: console\n"
-        "  stderr: console + file /l/none_XXXXXXXX/attempt_0/1/stderr.log\n"
+        "  stderr: console\n"
         "  env:\n"
         "    GROUP_RANK=0\n    GROUP_WORLD_SIZE=1\n    LOCAL_RANK=1\n    LOCAL_WORLD_SIZE=2\n"
         "    MASTER_ADDR=127.0.0.1\n    MASTER_PORT=29500\n    NCCL_ASYNC_ERROR_HANDLING=1\n"

@@ -661,3 +661,110 @@ TEST_CASE("rdzv_endpoint: c10d takes a list tried in order; rdzv_conf failover",
   CHECK(d.config.rdzv_fallbacks.empty());
   CHECK(d.config.store_failover);
 }
+
+TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log handler", "[launcher][cli]") {
+  SECTION("defaults: off, none, null") {
+    auto o = parse({"train.py"});
+    CHECK_FALSE(o.config.virtual_local_rank);
+    CHECK(o.config.duplicate_stdout_filters.empty());
+    CHECK(o.config.duplicate_stderr_filters.empty());
+    CHECK(o.config.event_log_handler == EventLogHandler::kNull);
+    CHECK_FALSE(o.config.numa_binding);
+    CHECK(o.config.worker_cpus.empty());
+  }
+  SECTION("--virtual-local-rank: both spellings and PET_VIRTUAL_LOCAL_RANK") {
+    CHECK(parse({"--virtual-local-rank", "train.py"}).config.virtual_local_rank);
+    CHECK(parse({"--virtual_local_rank", "train.py"}).config.virtual_local_rank);
+    CHECK(parse({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", "1"}}).config.virtual_local_rank);
+    CHECK_FALSE(parse({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", "0"}}).config.virtual_local_rank);
+  }
+  SECTION("--virtual-local-rank: a CUDA_VISIBLE_DEVICES shorter than the local ranks is refused") {
+    auto ok = parse({"--virtual-local-rank", "--nproc_per_node", "2", "train.py"}, {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+    CHECK(ok.result.exit_code == 0);
+    auto o = parse({"--virtual-local-rank", "--nproc_per_node", "3", "train.py"}, {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+    CHECK(o.result.exit_code == 2);
+    CHECK_THAT(o.result.message, Catch::Contains("--virtual-local-rank gives local rank 2 its entry of "
+                                                 "CUDA_VISIBLE_DEVICES='3,5', which has only 2"));
+    // Unset: each local rank is its own device, no limit.
+    CHECK(parse({"--virtual-local-rank", "--nproc_per_node", "3", "train.py"}).result.exit_code == 0);
+  }
+  SECTION("duplicate filters: torchrun's comma-separated list, ',,' for a comma, PET_ variables") {
+    auto o = parse({"--duplicate-stdout-filters", "loss,acc", "--duplicate_stderr_filters=a,,b,c", "train.py"});
+    CHECK(o.config.duplicate_stdout_filters == std::vector<std::string>{"loss", "acc"});
+    CHECK(o.config.duplicate_stderr_filters == std::vector<std::string>{"a,b", "c"});
+    CHECK_THAT(o.result.message, Catch::Contains("warning: --duplicate_stdout_filters is accepted but ddprun does "
+                                                 "not write filtered_stdout.log yet"));
+    auto e = parse({"train.py"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "x"}, {"PET_DUPLICATE_STDERR_FILTERS", "y,z"}});
+    CHECK(e.config.duplicate_stdout_filters == std::vector<std::string>{"x"});
+    CHECK(e.config.duplicate_stderr_filters == std::vector<std::string>{"y", "z"});
+    CHECK(comma_separated_list("") == std::vector<std::string>{""});
+    CHECK(comma_separated_list("a,") == std::vector<std::string>{"a", ""});
+    CHECK(comma_separated_list(",,,x") == std::vector<std::string>{",", "x"});
+  }
+  SECTION("event log handler: torch's three names, PET_EVENT_LOG_HANDLER, others refused") {
+    CHECK(parse({"--event-log-handler", "console", "train.py"}).config.event_log_handler ==
+          EventLogHandler::kConsole);
+    CHECK(parse({"--event_log_handler=dynamic_rendezvous", "train.py"}).config.event_log_handler ==
+          EventLogHandler::kDynamicRendezvous);
+    CHECK(parse({"train.py"}, {{"PET_EVENT_LOG_HANDLER", "console"}}).config.event_log_handler ==
+          EventLogHandler::kConsole);
+    auto o = parse({"--event-log-handler", "file", "train.py"});
+    CHECK(o.result.exit_code == 2);
+    CHECK(o.result.message ==
+          "ddprun: invalid --event_log_handler value 'file': expected one of null, console, dynamic_rendezvous");
+  }
+}
+
+namespace {
+
+// Two GPUs on NUMA node 1 (CPUs 4-7, no hyperthreads, one L3), node 0 has CPUs 0-3.
+ddprun::agent::NumaMachine two_gpus_on_node_1() {
+  ddprun::agent::NumaMachine m;
+  m.nodes = {0, 1};
+  m.node_cpus = {{0, {0, 1, 2, 3}}, {1, {4, 5, 6, 7}}};
+  for (int c = 0; c < 8; ++c) {
+    m.cpu_package[c] = 0;
+    m.cpu_siblings[c] = {c};
+    m.cpu_llc[c] = c < 4 ? std::set<int>{0, 1, 2, 3} : std::set<int>{4, 5, 6, 7};
+  }
+  m.gpu_nodes = {1, 1};
+  m.allowed_cpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  return m;
+}
+
+Outcome parse_numa(const Args& args, const ddprun::agent::NumaMachine& machine) {
+  Args argv{"ddprun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Outcome o;
+  o.result = parse_launch_config(argv, {}, {}, o.config, [&] { return machine; });
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("--numa-binding chooses each local rank's CPUs at parse time", "[launcher][cli]") {
+  const auto m = two_gpus_on_node_1();
+  auto node = parse_numa({"--numa-binding", "node", "--nproc_per_node", "2", "train.py"}, m);
+  REQUIRE(node.result.exit_code == 0);
+  CHECK(node.config.numa_binding == ddprun::agent::NumaAffinity::kNode);
+  CHECK(node.config.worker_cpus == std::vector<std::vector<int>>{{4, 5, 6, 7}, {4, 5, 6, 7}});
+  auto exclusive = parse_numa({"--numa_binding=exclusive", "--nproc_per_node", "2", "train.py"}, m);
+  CHECK(exclusive.config.worker_cpus == std::vector<std::vector<int>>{{4, 5}, {6, 7}});
+
+  SECTION("a local rank without a GPU: exit 2 before anything starts") {
+    auto o = parse_numa({"--numa-binding", "node", "--nproc_per_node", "3", "train.py"}, m);
+    CHECK(o.result.exit_code == 2);
+    CHECK_THAT(o.result.message, Catch::StartsWith("ddprun: --numa-binding=node: local rank 2 has no GPU 2 (2 "
+                                                   "NVIDIA GPUs visible)"));
+  }
+  SECTION("unknown modes are refused; torchrun has no PET_NUMA_BINDING") {
+    auto o = parse_numa({"--numa-binding", "core_complex", "train.py"}, m);
+    CHECK(o.result.exit_code == 2);
+    CHECK(o.result.message ==
+          "ddprun: invalid --numa_binding value 'core_complex': expected node, socket, exclusive or core-complex");
+    Args argv{"ddprun", "train.py"};
+    LaunchConfig c;
+    parse_launch_config(argv, {{"PET_NUMA_BINDING", "node"}}, {}, c, [&] { return m; });
+    CHECK_FALSE(c.numa_binding);
+  }
+}
