@@ -29,7 +29,8 @@ const std::string& prestart_stub_source() {
   return source;
 }
 
-Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub) {
+Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub,
+                      int cgroup_procs_fd) {
   if (interpreter_args == 0 || interpreter_args >= like.argv.size()) {
     throw std::logic_error("start_standby: no script after the interpreter's arguments");
   }
@@ -57,6 +58,7 @@ Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const s
   request.envp = strings.envp();
   request.death_signal = SIGKILL;
   request.fd3 = child_end.get();
+  request.cgroup_procs_fd = cgroup_procs_fd;
   request.affinity = like.cpu_affinity.empty() ? nullptr : &affinity;
   SpawnedProcess child = spawn_process(request, who);
   standby.pid = child.pid;

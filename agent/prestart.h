@@ -38,9 +38,11 @@ struct Standby {
   std::vector<std::string> interpreter;  // the argv prefix it runs (e.g. {"/usr/bin/python3", "-u"})
 };
 
-// Starts a standby for like.local_rank running `like.argv[0..interpreter_args) stub`.
-// Preconditions: 0 < interpreter_args < like.argv.size().
-Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub);
+// Starts a standby for like.local_rank running `like.argv[0..interpreter_args) stub`, in the cgroup of
+// cgroup_procs_fd (-1: the agent's; see agent/orphan_guard.h). Preconditions: 0 < interpreter_args <
+// like.argv.size().
+Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub,
+                      int cgroup_procs_fd);
 
 // True when `w` can be run by `standby`: the same local rank and interpreter prefix.
 bool standby_fits(const Standby& standby, const WorkerLaunch& w);

@@ -62,10 +62,11 @@ def main():
         raise
     except BaseException as e:
         # Python's own report of an uncaught exception, without this file's and runpy's frames.
+        ours = (__file__, sys.modules["runpy"].__file__, "<frozen runpy>")
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, sys.modules["runpy"].__file__):
+        while tb is not None and tb.tb_frame.f_code.co_filename in ours:
             tb = tb.tb_next
-        sys.excepthook(type(e), e, tb)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)  # Python prints e.__traceback__ when set
         sys.exit(1)
 
 

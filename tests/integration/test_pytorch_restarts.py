@@ -14,6 +14,7 @@ import unittest
 from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port
 
 TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
+PRESTART_WORKER = os.path.join(REPO, "tests", "integration", "prestart_worker.py")
 # 20 restarts in CI (about 40 s with torch 1.13, 130 s with 2.6 on 2 cores); DDPRUN_IT_RESTARTS=50 for a soak.
 RESTARTS = int(os.environ.get("DDPRUN_IT_RESTARTS", "20"))
 RESTARTS_TWO_NODES = 10  # the same path across two agents (static rendezvous); fewer to bound the suite's time
@@ -61,6 +62,36 @@ class PyTorchRestarts(IntegrationTestCase):
                               *job_args(out, RESTARTS_TWO_NODES)])
                   for node in range(2)]
         self.check(agents, out, world=2, restarts=RESTARTS_TWO_NODES)
+
+    def test_prestart(self):
+        """--prestart: attempts 1 and 2 run in standbys started ahead (torch already imported), with the
+        attempt's argv, environment and log files; nothing is left behind at the end."""
+        out = self.path("out")
+        os.makedirs(out)
+        logs = self.path("logs")
+        agent = self.start(["--standalone", "--nproc_per_node", "2", "--max_restarts", "2", "--prestart",
+                            "--prestart_delay", "0", "--log_dir", logs, "--tee", "3", "--python", PYTHON,
+                            PRESTART_WORKER, out, "2"])
+        self.assertEqual(agent.wait(JOB_WAIT), 0, agent.describe())
+        records = {}
+        for path in glob.glob(os.path.join(out, "*.json")):
+            with open(path) as f:
+                r = json.load(f)
+            records[(r["attempt"], r["rank"])] = r
+        self.assertEqual(sorted(records), [(a, r) for a in range(3) for r in range(2)], agent.describe())
+        for (attempt, rank), r in records.items():
+            self.assertEqual(r["preloaded"], attempt > 0, (attempt, rank))
+            self.assertEqual(r["argv"], [PRESTART_WORKER, out, "2"])
+            self.assertEqual((r["name"], r["path0"]), ("__main__", os.path.dirname(PRESTART_WORKER)))
+            self.assertEqual((r["world"], r["env_rank"], r["grad_ok"]), (2, str(rank), True))
+        # Each attempt's output went to that attempt's log files, as from a fresh worker.
+        for attempt in range(3):
+            for rank in range(2):
+                logged = glob.glob(os.path.join(logs, "*", f"attempt_{attempt}", str(rank), "stdout.log"))
+                self.assertEqual(len(logged), 1)
+                with open(logged[0]) as f:
+                    self.assertEqual(f.read(), f"rank {rank} attempt {attempt} trained\n")
+        self.assertEqual(self.live_processes(), [])
 
 
 def job_args(out, restarts=RESTARTS):
