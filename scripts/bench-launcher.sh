@@ -18,7 +18,10 @@
 # started that would likely end later than BENCH_DEADLINE_S (default 600) seconds after the script started
 # (build included), so the whole script ends within about 11 minutes; the table counts the runs skipped.
 #
-# Environment: BENCH_NPROC (8), BENCH_REPS_DDPRUN (20), BENCH_REPS_TORCH (7), BENCH_RESTART_REPS_DDPRUN (20),
+# Then scripts/bench/spawn_curve.py: ddprun's launch-to-exit of 1, 8, 32 and 128 no-op workers against the
+# floor (the same workers started with posix_spawn and waited for, no agent): the agent's cost per worker.
+# Environment: BENCH_CURVE (1; 0 leaves the curve out), BENCH_CURVE_SIZES (1,8,32,128), BENCH_CURVE_REPS (15),
+# BENCH_NPROC (8), BENCH_REPS_DDPRUN (20), BENCH_REPS_TORCH (7), BENCH_RESTART_REPS_DDPRUN (20),
 # BENCH_RESTART_REPS_TORCH (5), BENCH_WRAPPER_REPS (10), BENCH_DEADLINE_S (600),
 # BENCH_LAUNCHERS (ddprun,torchrun,torchrun-0.1,torchrun-2.6; torchrun-2.6 is left out when the root is not
 # built), TORCH_PYTHON (a Python with torch 1.13, default /usr/bin/python3), BENCH_NICE (run the measurement
@@ -121,3 +124,16 @@ helper_pid=$!
 wait "$helper_pid"
 helper_pid=""
 log "raw results: $results_dir/bench-launcher.json"
+
+# ---- agent cost per worker: ddprun against the kernel's cost of the same processes -----------------------
+if [[ ${BENCH_CURVE:-1} == 1 ]]; then
+  echo
+  BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/spawn_curve.py" \
+    --ddprun "$build/launcher/ddprun" --worker "$build/tests/bin/fake_worker" \
+    --sizes "${BENCH_CURVE_SIZES:-1,8,32,128}" --reps "${BENCH_CURVE_REPS:-15}" \
+    --token "$token" --json "$results_dir/bench-spawn-curve.json" &
+  helper_pid=$!
+  wait "$helper_pid"
+  helper_pid=""
+  log "raw results: $results_dir/bench-spawn-curve.json"
+fi

@@ -16,8 +16,9 @@
 # the defaults; a torchrun 2.6 restart that hangs costs the time limit. No run is started that would likely
 # end later than BENCH_DEADLINE_S (default 1500) seconds after the script started.
 #
-# Environment: BENCH_RECOVERY_CONFIGS (all six: ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-1.13-0.1,
-# torchrun-2.6,torchrun-2.6-noshare; the 2.6 ones are left out when the root is not built),
+# Environment: BENCH_RECOVERY_CONFIGS (all eight: ddprun-1.13,ddprun-1.13-prestart,ddprun-2.6,
+# ddprun-2.6-prestart,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,torchrun-2.6-noshare; the 2.6 ones are left
+# out when the root is not built),
 # BENCH_RECOVERY_REPS (5 runs per configuration), BENCH_RECOVERY_COUNT_REPS (10 runs of ddprun-2.6 and
 # torchrun-2.6, for the recovery count), BENCH_RECOVERY_TIMEOUT (60 s per run), BENCH_DEADLINE_S (1500),
 # TORCH_PYTHON (a Python with torch 1.13, default /usr/bin/python3), BENCH_NICE (nice -n for the
@@ -56,7 +57,7 @@ if ! "$python" -c 'import torch.distributed.run' 2>/dev/null; then
   exit 1
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-configs=${BENCH_RECOVERY_CONFIGS:-ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,torchrun-2.6-noshare}
+configs=${BENCH_RECOVERY_CONFIGS:-ddprun-1.13,ddprun-1.13-prestart,ddprun-2.6,ddprun-2.6-prestart,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,torchrun-2.6-noshare}
 source "$repo/scripts/bench/torch26_configs.sh"
 with_torch26 "$configs"
 results_dir=${BENCH_RESULTS_DIR:-$build}

@@ -22,6 +22,8 @@ Configurations (--configs), all `--standalone --nproc_per_node N --max_restarts 
   ddprun-1.13           ddprun, workers `--python /usr/bin/python3` (torch 1.13)
   ddprun-2.6            ddprun, workers `--python scripts/torch26-python` (torch 2.6 in the Debian 13 root:
                         each worker passes through the root's wrapper, timed alone in the same run)
+  ddprun-*-prestart     the same with --prestart (the default --prestart_delay 2): attempt 1 runs in the
+                        standbys started 2 s after attempt 0 (agent/prestart.h)
   torchrun-1.13         torch 1.13's torchrun, defaults (--monitor_interval 5)
   torchrun-1.13-0.1     the same, --monitor_interval 0.1
   torchrun-2.6          torch 2.6's torchrun in the root (`torch26-root.sh run /usr/bin/torchrun`), defaults:
@@ -54,6 +56,8 @@ from launcher_bench import quantile, run_once, sweep  # noqa: E402
 CONFIG_TEXT = {
     "ddprun-1.13": ("ddprun", "1.13", "workers --python /usr/bin/python3"),
     "ddprun-2.6": ("ddprun", "2.6", "workers --python scripts/torch26-python"),
+    "ddprun-1.13-prestart": ("ddprun", "1.13", "--prestart, workers --python /usr/bin/python3"),
+    "ddprun-2.6-prestart": ("ddprun", "2.6", "--prestart, workers --python scripts/torch26-python"),
     "torchrun-1.13": ("torchrun 1.13", "1.13", "defaults (--monitor_interval 5)"),
     "torchrun-1.13-0.1": ("torchrun 1.13", "1.13", "--monitor_interval 0.1"),
     "torchrun-2.6": ("torchrun 2.6", "2.6", "defaults (shared store)"),
@@ -107,7 +111,10 @@ def main():
     ap.add_argument("--count-reps", type=int, default=10)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--fail-step", type=int, default=5)
+    ap.add_argument("--fail-step", type=int, default=12)
+    ap.add_argument("--step-sleep", type=float, default=0.5,
+                    help="ddp_train.py --step-sleep: each step also sleeps this long (a GPU step, CPU idle), so "
+                    "the crash comes about fail-step x step-sleep seconds into training")
     ap.add_argument("--fail-rank", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60, help="seconds per run before it is killed")
     ap.add_argument("--wrapper-reps", type=int, default=10)
@@ -137,6 +144,8 @@ def measure(args, names, work):
     launch = {
         "ddprun-1.13": ([args.ddprun], ["--python", args.python], {}),
         "ddprun-2.6": ([args.ddprun], ["--python", args.torch26_python], {}),
+        "ddprun-1.13-prestart": ([args.ddprun], ["--prestart", "--python", args.python], {}),
+        "ddprun-2.6-prestart": ([args.ddprun], ["--prestart", "--python", args.torch26_python], {}),
         "torchrun-1.13": (torchrun13, [], {}),
         "torchrun-1.13-0.1": (torchrun13, ["--monitor_interval", "0.1"], {}),
         "torchrun-2.6": (torchrun26, [], {}),
@@ -155,7 +164,7 @@ def measure(args, names, work):
         argv += [args.train, "--steps", str(args.steps), "--log-every", "1000", "--fail-rank",
                  str(args.fail_rank), "--fail-step", str(args.fail_step), "--fail-until-attempt", "1",
                  "--stamp", os.path.join(d, "stamp"), "--checkpoint", os.path.join(d, "ckpt.pt"),
-                 "--save-every", "5"]
+                 "--save-every", "5", "--step-sleep", str(args.step_sleep)]
         return argv, d, extra_env
 
     def display(argv, extra_env):
@@ -266,7 +275,8 @@ def report(args, names, results, side, skipped, load_before, load_after, elapsed
           f"{' '.join(load_before)}, after {' '.join(load_after)}; niceness {os.nice(0)}; measurement took "
           f"{elapsed:.0f} s; ddprun build {args.build_type}.")
     print(f"Job: ddp_train.py, {args.nproc} ranks, gloo, hidden 256, batch 64, --steps {args.steps}; rank "
-          f"{args.fail_rank} crashes (os._exit) at step {args.fail_step} of attempt 0; checkpoint every 5 steps; "
+          f"{args.fail_rank} crashes (os._exit) at step {args.fail_step} of attempt 0; each step also sleeps "
+          f"{args.step_sleep} s (a GPU step: the CPU idle); checkpoint every 5 steps; "
           f"--max_restarts 1; time limit {args.timeout:.0f} s per run.")
 
     def med(xs):

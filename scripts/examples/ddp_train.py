@@ -77,6 +77,8 @@ def parse_args():
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--step-sleep", type=float, default=0,
+                   help="seconds to sleep after each step: stands for a GPU step, during which the CPU is idle")
     p.add_argument("--pg-timeout", type=float, default=60,
                    help="init_process_group's timeout in seconds: how long a collective waits for a missing rank "
                    "(torch's default for gloo is 1800)")
@@ -133,6 +135,8 @@ def main():
         if rank == args.fail_rank and step == args.fail_step and attempt == args.fail_attempt:
             print(f"rank {rank}: failing on purpose at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
             leave(13)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
         if rank == 0 and args.checkpoint and (step + 1) % args.save_every == 0:
             tmp = args.checkpoint + ".tmp"
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
