@@ -63,7 +63,8 @@ std::vector<int> read_gpu_nodes(const fs::path& sys_root, const std::optional<st
   for (const auto& e : fs::directory_iterator(sys_root / "bus/pci/devices", ec)) {
     auto vendor = read_text(e.path() / "vendor");
     auto cls = read_text(e.path() / "class");
-    if (vendor != "0x10de" || !cls || (cls->rfind("0x0300", 0) != 0 && cls->rfind("0x0302", 0) != 0)) continue;
+    if (vendor != "0x10de" || !cls || (cls->rfind("0x0300", 0) != 0 && cls->rfind("0x0302", 0) != 0))
+      continue;
     by_address[e.path().filename().string()] = std::max(read_int(e.path() / "numa_node").value_or(0), 0);
   }
   std::vector<int> physical;
@@ -113,7 +114,8 @@ int package_of(const NumaMachine& m, int cpu) {
   auto it = m.cpu_package.find(cpu);
   if (it == m.cpu_package.end()) {
     throw NumaBindingError("could not determine the socket of CPU " + std::to_string(cpu) +
-                           " (devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/physical_package_id)");
+                           " (devices/system/cpu/cpu" + std::to_string(cpu) +
+                           "/topology/physical_package_id)");
   }
   return it->second;
 }
@@ -131,8 +133,8 @@ size_t rank_on_node(const NumaMachine& m, int gpu, int node, size_t* count) {
 }
 
 // Allowed CPUs of `node` grouped by the lowest CPU of their group in `groups`.
-std::map<int, std::set<int>> group_cpus(const NumaMachine& m, int node, const std::map<int, std::set<int>>& groups,
-                                        const char* what) {
+std::map<int, std::set<int>> group_cpus(const NumaMachine& m, int node,
+                                        const std::map<int, std::set<int>>& groups, const char* what) {
   std::map<int, std::set<int>> out;
   for (int cpu : allowed_cpus_of_node(m, node)) out[*cpu_group(groups, cpu, what).begin()].insert(cpu);
   return out;
@@ -144,8 +146,9 @@ std::set<int> exclusive_cpus(const NumaMachine& m, int gpu, int node) {
   const auto cores = group_cpus(m, node, m.cpu_siblings, "thread siblings (topology/thread_siblings_list)");
   const size_t per_gpu = cores.size() / gpus, extra = cores.size() % gpus;
   if (per_gpu < 1) {
-    throw NumaBindingError("there are only " + std::to_string(cores.size()) + " physical cores on NUMA node " +
-                           std::to_string(node) + ", but " + std::to_string(gpus) + " GPUs on it");
+    throw NumaBindingError("there are only " + std::to_string(cores.size()) +
+                           " physical cores on NUMA node " + std::to_string(node) + ", but " +
+                           std::to_string(gpus) + " GPUs on it");
   }
   const size_t start = rank * per_gpu + std::min(rank, extra);
   const size_t end = start + per_gpu + (rank < extra ? 1 : 0);
@@ -191,7 +194,8 @@ std::set<int> socket_cpus(const NumaMachine& m, int node) {
 }  // namespace
 
 std::optional<NumaAffinity> parse_numa_affinity(std::string_view text) {
-  for (auto mode : {NumaAffinity::kNode, NumaAffinity::kSocket, NumaAffinity::kExclusive, NumaAffinity::kCoreComplex}) {
+  for (auto mode :
+       {NumaAffinity::kNode, NumaAffinity::kSocket, NumaAffinity::kExclusive, NumaAffinity::kCoreComplex}) {
     if (text == to_string(mode)) return mode;
   }
   return std::nullopt;
@@ -199,15 +203,20 @@ std::optional<NumaAffinity> parse_numa_affinity(std::string_view text) {
 
 std::string to_string(NumaAffinity mode) {
   switch (mode) {
-    case NumaAffinity::kNode: return "node";
-    case NumaAffinity::kSocket: return "socket";
-    case NumaAffinity::kExclusive: return "exclusive";
-    case NumaAffinity::kCoreComplex: return "core-complex";
+    case NumaAffinity::kNode:
+      return "node";
+    case NumaAffinity::kSocket:
+      return "socket";
+    case NumaAffinity::kExclusive:
+      return "exclusive";
+    case NumaAffinity::kCoreComplex:
+      return "core-complex";
   }
   return "?";
 }
 
-NumaMachine read_numa_machine(const fs::path& sys_root, const std::optional<std::string>& cuda_visible_devices,
+NumaMachine read_numa_machine(const fs::path& sys_root,
+                              const std::optional<std::string>& cuda_visible_devices,
                               std::set<int> allowed_cpus) {
   NumaMachine m;
   m.allowed_cpus = std::move(allowed_cpus);
@@ -241,17 +250,25 @@ std::set<int> current_cpu_set() {
 
 std::set<int> cpus_for_gpu(NumaAffinity mode, int gpu_index, const NumaMachine& machine) {
   if (gpu_index < 0 || gpu_index >= static_cast<int>(machine.gpu_nodes.size())) {
-    throw NumaBindingError("local rank " + std::to_string(gpu_index) + " has no GPU " + std::to_string(gpu_index) +
-                           " (" + std::to_string(machine.gpu_nodes.size()) +
+    throw NumaBindingError("local rank " + std::to_string(gpu_index) + " has no GPU " +
+                           std::to_string(gpu_index) + " (" + std::to_string(machine.gpu_nodes.size()) +
                            " NVIDIA GPUs visible); NUMA binding binds local rank N near GPU N");
   }
   const int node = machine.gpu_nodes[static_cast<size_t>(gpu_index)];
   std::set<int> cpus;
   switch (mode) {
-    case NumaAffinity::kNode: cpus = allowed_cpus_of_node(machine, node); break;
-    case NumaAffinity::kSocket: cpus = socket_cpus(machine, node); break;
-    case NumaAffinity::kExclusive: cpus = exclusive_cpus(machine, gpu_index, node); break;
-    case NumaAffinity::kCoreComplex: cpus = core_complex_cpus(machine, gpu_index, node); break;
+    case NumaAffinity::kNode:
+      cpus = allowed_cpus_of_node(machine, node);
+      break;
+    case NumaAffinity::kSocket:
+      cpus = socket_cpus(machine, node);
+      break;
+    case NumaAffinity::kExclusive:
+      cpus = exclusive_cpus(machine, gpu_index, node);
+      break;
+    case NumaAffinity::kCoreComplex:
+      cpus = core_complex_cpus(machine, gpu_index, node);
+      break;
   }
   if (cpus.empty()) {
     throw NumaBindingError("no CPU of this process's CPU set is near GPU " + std::to_string(gpu_index) +

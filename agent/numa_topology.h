@@ -7,8 +7,8 @@
 //   socket        every allowed CPU of the nodes whose lowest allowed CPU is on the same package (socket) as
 //                 node n's lowest allowed CPU;
 //   exclusive     node n's physical cores (logical CPUs grouped by thread_siblings_list), sorted by their
-//                 lowest CPU, split evenly among the GPUs of node n in index order, the first ones getting one
-//                 more core when the division has a remainder; fewer cores than GPUs is an error;
+//                 lowest CPU, split evenly among the GPUs of node n in index order, the first ones getting
+//                 one more core when the division has a remainder; fewer cores than GPUs is an error;
 //   core-complex  node n's allowed CPUs grouped by their highest-level data or unified cache
 //                 (cache/index*/shared_cpu_list), the groups ordered by size (largest first), then by lowest
 //                 CPU; the i-th GPU of node n (in index order) gets group i modulo the number of groups.
@@ -45,21 +45,22 @@ struct NumaBindingError : std::runtime_error {
 
 // What the choice of CPUs reads from sysfs.
 struct NumaMachine {
-  std::set<int> nodes;                         // devices/system/node/possible
-  std::map<int, std::set<int>> node_cpus;      // node -> node<N>/cpulist
-  std::map<int, int> cpu_package;              // cpu -> cpu<N>/topology/physical_package_id
-  std::map<int, std::set<int>> cpu_siblings;   // cpu -> cpu<N>/topology/thread_siblings_list
-  std::map<int, std::set<int>> cpu_llc;        // cpu -> CPUs sharing its highest-level data/unified cache
-  std::vector<int> gpu_nodes;                  // NUMA node of each CUDA device, index = device number
-  std::set<int> allowed_cpus;                  // the agent's CPU set
+  std::set<int> nodes;                        // devices/system/node/possible
+  std::map<int, std::set<int>> node_cpus;     // node -> node<N>/cpulist
+  std::map<int, int> cpu_package;             // cpu -> cpu<N>/topology/physical_package_id
+  std::map<int, std::set<int>> cpu_siblings;  // cpu -> cpu<N>/topology/thread_siblings_list
+  std::map<int, std::set<int>> cpu_llc;       // cpu -> CPUs sharing its highest-level data/unified cache
+  std::vector<int> gpu_nodes;                 // NUMA node of each CUDA device, index = device number
+  std::set<int> allowed_cpus;                 // the agent's CPU set
 };
 
 // Reads `sys_root` (normally "/sys"). GPUs: the NVIDIA display/3D controllers of bus/pci/devices (vendor
 // 0x10de, class 0x0300xx or 0x0302xx) in PCI address order, which is how CUDA numbers identical GPUs,
-// narrowed by `cuda_visible_devices` (nullopt = unset) as the CUDA runtime reads it: numeric indices up to the
-// first entry that is not one (GPU-/MIG- UUIDs cannot be mapped from sysfs and end the list too).
+// narrowed by `cuda_visible_devices` (nullopt = unset) as the CUDA runtime reads it: numeric indices up to
+// the first entry that is not one (GPU-/MIG- UUIDs cannot be mapped from sysfs and end the list too).
 NumaMachine read_numa_machine(const std::filesystem::path& sys_root,
-                              const std::optional<std::string>& cuda_visible_devices, std::set<int> allowed_cpus);
+                              const std::optional<std::string>& cuda_visible_devices,
+                              std::set<int> allowed_cpus);
 
 // This process's CPU set (sched_getaffinity); empty if it cannot be read.
 std::set<int> current_cpu_set();

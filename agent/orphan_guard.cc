@@ -120,9 +120,10 @@ OrphanGuard::OrphanGuard() : cgroup_(WorkerCgroup::create()) {
   if (cgroup_) {
     spdlog::debug("the workers run in cgroup {}", cgroup_->path().string());
   } else if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-    spdlog::warn("no cgroup for the workers and PR_SET_CHILD_SUBREAPER failed ({}): a worker's descendant that "
-                 "leaves its process group may outlive ddprun",
-                 strerror(errno));
+    spdlog::warn(
+        "no cgroup for the workers and PR_SET_CHILD_SUBREAPER failed ({}): a worker's descendant that "
+        "leaves its process group may outlive ddprun",
+        strerror(errno));
   }
   stop_.reset(::eventfd(0, EFD_CLOEXEC));
   if (stop_.get() < 0) throw std::system_error(errno, std::generic_category(), "orphan guard: eventfd");
@@ -130,7 +131,8 @@ OrphanGuard::OrphanGuard() : cgroup_(WorkerCgroup::create()) {
     std::lock_guard lock(mu_);
     start_guard();
   }
-  if (guard_pid_ < 0) throw std::system_error(errno, std::generic_category(), "orphan guard: cannot start it");
+  if (guard_pid_ < 0)
+    throw std::system_error(errno, std::generic_category(), "orphan guard: cannot start it");
   monitor_ = std::thread([this] { monitor(); });
 }
 
@@ -149,7 +151,9 @@ OrphanGuard::~OrphanGuard() {
   }
 }
 
-int OrphanGuard::cgroup_procs_fd() const { return cgroup_ ? cgroup_->procs_fd() : -1; }
+int OrphanGuard::cgroup_procs_fd() const {
+  return cgroup_ ? cgroup_->procs_fd() : -1;
+}
 
 pid_t OrphanGuard::guard_pid() const {
   std::lock_guard lock(mu_);
@@ -182,7 +186,13 @@ void OrphanGuard::start_guard() {
   char* envp[] = {nullptr};
   const bool exec_self = g_exec_self;
 
-  const pid_t pid = ::fork();
+  // A guard that execs needs no copy of the agent's memory (vfork: the agent waits only until the exec;
+  // signals stay blocked in the child, whose handlers are the agent's until then, and the guard ignores them).
+  sigset_t all, saved;
+  sigfillset(&all);
+  if (exec_self) ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+  const pid_t pid = exec_self ? ::vfork() : ::fork();
+  if (exec_self && pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     spdlog::error("orphan guard: fork: {}", strerror(errno));
     return;
@@ -196,7 +206,10 @@ void OrphanGuard::start_guard() {
       ::dup2(null_fd, 2);
     }
     ::syscall(SYS_close_range, 3U, ~0U, 0U);
-    if (exec_self) ::execve("/proc/self/exe", argv.data(), envp);
+    if (exec_self) {
+      ::execve("/proc/self/exe", argv.data(), envp);
+      ::_exit(127);  // a vfork child must not return into the agent's stack
+    }
     run_guard(*state);  // no exec: this copy of the agent's program does it
   }
   guard_pid_ = pid;
@@ -270,7 +283,8 @@ void OrphanGuard::kill_leftovers() {
     for (pid_t pgid : watched_) ::kill(-pgid, SIGKILL);
     done = kill_descendants(guard_pid_, deadline);
   }
-  if (!done) spdlog::warn("some processes the workers started did not die within {} s", kCleanupTimeoutMs / 1000);
+  if (!done)
+    spdlog::warn("some processes the workers started did not die within {} s", kCleanupTimeoutMs / 1000);
 }
 
 }  // namespace ddprun::agent

@@ -74,7 +74,7 @@ class OrphanGuard {
   pid_t guard_pid() const;
 
  private:
-  void start_guard();  // requires mu_
+  void start_guard();             // requires mu_
   void send(int op, pid_t pgid);  // requires mu_
   void monitor();
   void reap_adopted();  // requires mu_

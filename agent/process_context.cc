@@ -200,6 +200,7 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
     request.stdout_fd = out.child_fd.get();
     request.stderr_fd = err.child_fd.get();
     request.death_signal = SIGKILL;
+    request.cgroup_procs_fd = guard_.cgroup_procs_fd();
     request.affinity = w.cpu_affinity.empty() ? nullptr : &affinity;
     child = spawn_process(request, who);
     guard_.watch(child->pid);
@@ -254,7 +255,7 @@ void ProcessContext::Impl::prestart(const WorkerLaunch& like, size_t interpreter
     standbys_.erase(it);
   }
   auto entry = std::make_unique<StandbyEntry>();
-  entry->standby = start_standby(like, interpreter_args, stub);
+  entry->standby = start_standby(like, interpreter_args, stub, guard_.cgroup_procs_fd());
   guard_.watch(entry->standby.pid);
   entry->watch = std::make_unique<asio::posix::stream_descriptor>(io_, entry->standby.pidfd.release());
   const int local_rank = like.local_rank;

@@ -120,7 +120,8 @@ bool kill_descendants(pid_t skip, std::chrono::steady_clock::time_point deadline
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
-      if (::poll(waits.data(), waits.size(), static_cast<int>(left.count())) < 0 && errno != EINTR) return false;
+      if (::poll(waits.data(), waits.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)
+        return false;
       for (auto& p : waits) {
         if (p.revents != 0) p.fd = -1;  // poll skips negative fds
       }

@@ -202,7 +202,7 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
   // Moving a process needs write access to the common ancestor's cgroup.procs too: a child of ours tries.
   int status = -1;
   if (procs.get() >= 0) {
-    const pid_t probe = ::fork();
+    const pid_t probe = ::vfork();  // the child only writes and exits: no copy of the agent's memory
     if (probe == 0) ::_exit(::write(procs.get(), "0", 1) == 1 ? 0 : 1);
     if (probe > 0) {
       while (::waitpid(probe, &status, 0) < 0 && errno == EINTR) {

@@ -60,7 +60,8 @@ class WorkerCgroup {
   bool kill_all(std::chrono::steady_clock::time_point deadline) const;
 
  private:
-  WorkerCgroup(std::filesystem::path path, UniqueFd procs) : path_(std::move(path)), procs_(std::move(procs)) {}
+  WorkerCgroup(std::filesystem::path path, UniqueFd procs)
+      : path_(std::move(path)), procs_(std::move(procs)) {}
 
   std::filesystem::path path_;
   UniqueFd procs_;

@@ -84,8 +84,8 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     w.cpu_affinity = config.workers[static_cast<size_t>(lr)].cpu_affinity;
     add_watchdog_env(config, p, w.env);
     if (o.stdout_to_file) w.stdout_file = p.stdout_file;
-    // torchrun's files only (agent/log_layout.h): stderr.log when -r/-t ask for it, and with hang detection or
-    // the FileTimer, whose stack dumps and progress are read from it.
+    // torchrun's files only (agent/log_layout.h): stderr.log when -r/-t ask for it, and with hang detection
+    // or the FileTimer, whose stack dumps and progress are read from it.
     if (o.stderr_to_file || stack_capture_enabled(config)) w.stderr_file = p.stderr_file;
     w.console_stdout = o.stdout_to_console;
     w.whole_lines = nproc > 1;  // several workers share the console: never interleave half lines

@@ -4,9 +4,9 @@
 #include <initializer_list>
 #include <sstream>
 
-#include "agent/process_context.h"  // signal_name
 #include "agent/log_layout.h"
 #include "agent/numa_topology.h"
+#include "agent/process_context.h"  // signal_name
 #include "agent/worker_launches.h"
 #include "launcher/slurm_env.h"
 

@@ -62,7 +62,8 @@ class Parser {
     value("--monitor_interval,--monitor-interval", "MONITOR_INTERVAL", "Seconds; accepted, unused", "0.1");
     value("--start_method,--start-method", "START_METHOD", "spawn, fork or forkserver (all exec)", "spawn");
     value("--event_log_handler,--event-log-handler", "EVENT_LOG_HANDLER",
-          "torchrun's agent event handler: null, console or dynamic_rendezvous (accepted; ddprun does not print "
+          "torchrun's agent event handler: null, console or dynamic_rendezvous (accepted; ddprun does not "
+          "print "
           "events yet)",
           "null");
     value("--role", "ROLE", "User-defined role name of the workers", "default");
@@ -350,8 +351,9 @@ class Parser {
     c.prestart = flag_value("--prestart");
     c.prestart_delay = seconds(get("--prestart_delay"));
     if (c.prestart && c.no_python && !c.run_path) {
-      throw UsageError("ddprun: --prestart pre-starts Python workers and cannot be used with --no_python; drop "
-                       "one of the two");
+      throw UsageError(
+          "ddprun: --prestart pre-starts Python workers and cannot be used with --no_python; drop "
+          "one of the two");
     }
     c.python = get("--python").text;
     if (!given("--python")) {
@@ -453,11 +455,13 @@ class Parser {
       throw UsageError("ddprun: --virtual-local-rank gives local rank " + std::to_string(lr) +
                        " its entry of CUDA_VISIBLE_DEVICES='" + visible + "', which has only " +
                        std::to_string(rdzv::split(visible, ',').size()) +
-                       "; list one device per local rank (--nproc_per_node=" + std::to_string(c.nproc_per_node) +
-                       ") or unset it");
+                       "; list one device per local rank (--nproc_per_node=" +
+                       std::to_string(c.nproc_per_node) + ") or unset it");
     }
-    if (auto g = given("--duplicate_stdout_filters")) c.duplicate_stdout_filters = comma_separated_list(g->text);
-    if (auto g = given("--duplicate_stderr_filters")) c.duplicate_stderr_filters = comma_separated_list(g->text);
+    if (auto g = given("--duplicate_stdout_filters"))
+      c.duplicate_stdout_filters = comma_separated_list(g->text);
+    if (auto g = given("--duplicate_stderr_filters"))
+      c.duplicate_stderr_filters = comma_separated_list(g->text);
     const std::string handler = one_of(get("--event_log_handler"), {"null", "console", "dynamic_rendezvous"});
     c.event_log_handler = handler == "console"              ? EventLogHandler::kConsole
                           : handler == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
@@ -467,10 +471,12 @@ class Parser {
     // event log (not yet there): say so rather than pretend.
     for (std::string stream : {"stdout", "stderr"}) {
       const std::string f = "--duplicate_" + stream + "_filters";
-      if (given(f)) warnings_.push_back(f + " is accepted but ddprun does not write filtered_" + stream + ".log yet");
+      if (given(f))
+        warnings_.push_back(f + " is accepted but ddprun does not write filtered_" + stream + ".log yet");
     }
     if (c.event_log_handler == EventLogHandler::kConsole) {
-      warnings_.push_back("--event_log_handler=console is accepted but ddprun does not print agent events yet");
+      warnings_.push_back(
+          "--event_log_handler=console is accepted but ddprun does not print agent events yet");
     }
   }
 
@@ -485,7 +491,8 @@ class Parser {
     } else {
       auto cvd = env_.find("CUDA_VISIBLE_DEVICES");
       machine = agent::read_numa_machine(
-          "/sys", cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second), agent::current_cpu_set());
+          "/sys", cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second),
+          agent::current_cpu_set());
     }
     for (int lr = 0; lr < c.nproc_per_node; ++lr) {
       try {

@@ -6,8 +6,9 @@
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
 // Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
-// reads /proc and /dev), /sys and the CPU set for --numa-binding (agent/numa_topology.h) and std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe
-// (no shared state). Each single value is judged by launcher/flag_values.h.
+// reads /proc and /dev), /sys and the CPU set for --numa-binding (agent/numa_topology.h) and
+// std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state). Each
+// single value is judged by launcher/flag_values.h.
 //
 // Errors: a bad command line gives ParseResult{exit_code 2, should_exit true} and one message that starts
 // with "ddprun: ", names the flag (and the PET_ variable when the value came from there), quotes the bad
@@ -22,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/numa_topology.h"     // --numa-binding
+#include "agent/numa_topology.h"    // --numa-binding
 #include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
 #include "launcher/flag_values.h"   // RdzvTimings
 #include "launcher/slurm_env.h"
@@ -133,8 +134,8 @@ struct LaunchConfig {
   // --duplicate-stdout-filters / --duplicate-stderr-filters (comma_separated_list); empty = none.
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
-  // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index), chosen
-  // at parse time near GPU <local rank> (agent/numa_topology.h); both empty without the flag.
+  // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
+  // chosen at parse time near GPU <local rank> (agent/numa_topology.h); both empty without the flag.
   std::optional<agent::NumaAffinity> numa_binding;
   std::vector<std::vector<int>> worker_cpus;
 
@@ -155,8 +156,9 @@ struct ParseResult {
 };
 
 // argv as from main (argv[0] is the program name: "ddprun-launch" adds torch.distributed.launch's --use_env
-// and --local_rank_style and passes --local-rank=N to the script); env: the process environment, used for PET_*,
-// DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only for
+// and --local_rank_style and passes --local-rank=N to the script); env: the process environment, used for
+// PET_*, DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only
+// for
 // --nproc_per_node gpu|auto (an empty function means count_cuda_devices); numa_machine: the machine as
 // --numa-binding sees it, called only for that flag (an empty function reads /sys, env's CUDA_VISIBLE_DEVICES
 // and this process's CPU set: agent::read_numa_machine).

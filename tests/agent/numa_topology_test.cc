@@ -47,12 +47,14 @@ class FakeSys {
     if (!l3.empty()) cache(c, 3, "Unified", 3, l3);
   }
   void cache(int c, int index, const std::string& type, int level, const std::string& shared) const {
-    const std::string d = "devices/system/cpu/cpu" + std::to_string(c) + "/cache/index" + std::to_string(index);
+    const std::string d =
+        "devices/system/cpu/cpu" + std::to_string(c) + "/cache/index" + std::to_string(index);
     write(d + "/type", type);
     write(d + "/level", std::to_string(level));
     write(d + "/shared_cpu_list", shared);
   }
-  void pci(const std::string& address, const std::string& vendor, const std::string& cls, int numa_node) const {
+  void pci(const std::string& address, const std::string& vendor, const std::string& cls,
+           int numa_node) const {
     const std::string d = "bus/pci/devices/" + address;
     write(d + "/vendor", vendor);
     write(d + "/class", cls);
@@ -215,10 +217,13 @@ TEST_CASE("a one-node machine: numa_node -1 is node 0; what sysfs lacks is named
   CHECK(m.gpu_nodes == std::vector<int>{0});
   CHECK(cpus_for_gpu(NumaAffinity::kNode, 0, m) == cpus("0-1"));
   CHECK(cpus_for_gpu(NumaAffinity::kSocket, 0, m) == cpus("0-1"));
-  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kCoreComplex, 0, m), Catch::Contains("no cache information for CPU 0"));
-  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kExclusive, 0, m), Catch::Contains("no thread siblings for CPU 0"));
+  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kCoreComplex, 0, m),
+                    Catch::Contains("no cache information for CPU 0"));
+  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kExclusive, 0, m),
+                    Catch::Contains("no thread siblings for CPU 0"));
   CHECK_THROWS_AS(cpus_for_gpu(NumaAffinity::kNode, 1, m), NumaBindingError);
-  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kNode, 1, m), Catch::Contains("local rank 1 has no GPU 1 (1 NVIDIA"));
+  CHECK_THROWS_WITH(cpus_for_gpu(NumaAffinity::kNode, 1, m),
+                    Catch::Contains("local rank 1 has no GPU 1 (1 NVIDIA"));
 }
 
 TEST_CASE("no GPU at all: nothing to bind near", "[numa]") {

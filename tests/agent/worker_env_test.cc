@@ -109,3 +109,18 @@ TEST_CASE("current_environment reads the process environment, values with '=' in
   CHECK(env.at("DDPRUN_WORKER_ENV_EMPTY").empty());
   CHECK_FALSE(current_environment().count("DDPRUN_WORKER_ENV_TEST"));
 }
+
+TEST_CASE("virtual_device: torch's --virtual-local-rank device of a local rank", "[worker_env]") {
+  CHECK(virtual_device({}, 3) == "3");  // CUDA_VISIBLE_DEVICES unset: the local rank itself
+  CHECK(virtual_device({{"CUDA_VISIBLE_DEVICES", "4,GPU-abc, 7 "}}, 1) == "GPU-abc");
+  CHECK(virtual_device({{"CUDA_VISIBLE_DEVICES", "4,GPU-abc, 7 "}}, 2) ==
+        "7");                                                         // trimmed, as Python's strip()
+  CHECK_FALSE(virtual_device({{"CUDA_VISIBLE_DEVICES", "4,5"}}, 2));  // torch: ValueError
+  CHECK(virtual_device({{"CUDA_VISIBLE_DEVICES", ""}}, 0) == "");     // "".split(",") == [""]
+  CHECK_FALSE(virtual_device({{"CUDA_VISIBLE_DEVICES", ""}}, 1));
+
+  Env env{{"LOCAL_RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "4,5"}};
+  apply_virtual_local_rank({{"CUDA_VISIBLE_DEVICES", "4,5"}}, 1, env);
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "5");
+}

@@ -125,7 +125,8 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   c.base_env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "50";  // the user's wins
   Env hang = env_of(c);
   // Stack dumps and progress are read from stderr.log: written with hang detection even without -r/-t.
-  CHECK(worker_launches(c, node_1_round_2(), paths(2), {4, 5}, "job").at(0).stderr_file == paths(2)[0].stderr_file);
+  CHECK(worker_launches(c, node_1_round_2(), paths(2), {4, 5}, "job").at(0).stderr_file ==
+        paths(2)[0].stderr_file);
   CHECK(hang.at("DDPRUN_PROGRESS_FILE") == "/logs/job_x/attempt_2/1/progress");
   CHECK(hang.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
   CHECK(hang.at("DDPRUN_STACK_SIGNAL") == std::to_string(SIGRTMIN + 3));
@@ -143,4 +144,33 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   CHECK_FALSE(timer.count("DDPRUN_PROGRESS_FILE"));
   c.base_env["TORCHELASTIC_TIMER_FILE"] = "/run/my_timer";
   CHECK(env_of(c).at("TORCHELASTIC_TIMER_FILE") == "/run/my_timer");
+}
+
+TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each launch", "[worker_launches]") {
+  AgentConfig c = two_workers();
+  const auto p = paths(2);
+  SECTION("by default LOCAL_RANK is the local rank, CUDA_VISIBLE_DEVICES inherited, no CPU binding") {
+    c.base_env["CUDA_VISIBLE_DEVICES"] = "2,3";
+    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    CHECK(ws[1].env.at("LOCAL_RANK") == "1");
+    CHECK(ws[1].env.at("CUDA_VISIBLE_DEVICES") == "2,3");
+    CHECK(ws[1].cpu_affinity.empty());
+  }
+  SECTION("virtual local rank: LOCAL_RANK=0, each worker its own entry of CUDA_VISIBLE_DEVICES") {
+    c.virtual_local_rank = true;
+    c.base_env["CUDA_VISIBLE_DEVICES"] = "2, 3";
+    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    CHECK(ws[0].env.at("LOCAL_RANK") == "0");
+    CHECK(ws[1].env.at("LOCAL_RANK") == "0");
+    CHECK(ws[0].env.at("CUDA_VISIBLE_DEVICES") == "2");
+    CHECK(ws[1].env.at("CUDA_VISIBLE_DEVICES") == "3");
+    CHECK(ws[1].env.at("RANK") == "5");  // the global ranks stay
+  }
+  SECTION("the CPUs of each worker travel to its launch") {
+    c.workers[0].cpu_affinity = {0, 1};
+    c.workers[1].cpu_affinity = {2, 3};
+    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    CHECK(ws[0].cpu_affinity == std::vector<int>{0, 1});
+    CHECK(ws[1].cpu_affinity == std::vector<int>{2, 3});
+  }
 }

@@ -55,6 +55,29 @@ class LaunchCompat(IntegrationTestCase):
         self.assertIn("--no_python needs --use_env", agent.stderr())
         self.assertEqual(self.live_processes(), [])
 
+    def test_newer_torchrun_flags_virtual_local_rank_and_numa_binding(self):
+        """--virtual-local-rank: LOCAL_RANK=0 and one device each, in a real launch; --numa-binding on a machine
+        without GPUs: exit 2, nothing started. This torchrun (1.13 or 2.6) has neither flag."""
+        out = self.path("vlr")
+        os.makedirs(out)
+        script = 'echo "$LOCAL_RANK $CUDA_VISIBLE_DEVICES $RANK" > "$VLR_OUT/$RANK"'
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", str(NPROC), "--virtual-local-rank",
+                                    "--no_python", "/bin/sh", "-c", script], 60,
+                                   env={"VLR_OUT": out, "CUDA_VISIBLE_DEVICES": "5, 7"})
+        self.assertEqual(rc, 0, agent.describe())
+        for rank, device in enumerate(["5", "7"]):
+            with open(os.path.join(out, str(rank))) as f:
+                self.assertEqual(f.read().split(), ["0", device, str(rank)])
+        if not os.path.exists("/proc/driver/nvidia/gpus"):
+            agent, rc = self.run_agent(["--standalone", "--numa-binding", "node", "--no_python", "/bin/true"], 30)
+            self.assertEqual(rc, 2, agent.describe())
+            self.assertIn("--numa-binding=node: local rank 0 has no GPU 0", agent.stderr())
+            self.assertEqual(self.live_processes(), [])
+        torchrun, rc = self.run_agent(["-m", "torch.distributed.run", "--virtual-local-rank", "/bin/true"], 60,
+                                      program=PYTHON)
+        self.assertEqual(rc, 2, torchrun.describe())
+        self.assertIn("unrecognized arguments: --virtual-local-rank", torchrun.stderr())
+
 
 if __name__ == "__main__":
     unittest.main()

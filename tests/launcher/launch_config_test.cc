@@ -662,7 +662,8 @@ TEST_CASE("rdzv_endpoint: c10d takes a list tried in order; rdzv_conf failover",
   CHECK(d.config.store_failover);
 }
 
-TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log handler", "[launcher][cli]") {
+TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log handler",
+          "[launcher][cli]") {
   SECTION("defaults: off, none, null") {
     auto o = parse({"train.py"});
     CHECK_FALSE(o.config.virtual_local_rank);
@@ -679,9 +680,11 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
     CHECK_FALSE(parse({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", "0"}}).config.virtual_local_rank);
   }
   SECTION("--virtual-local-rank: a CUDA_VISIBLE_DEVICES shorter than the local ranks is refused") {
-    auto ok = parse({"--virtual-local-rank", "--nproc_per_node", "2", "train.py"}, {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+    auto ok = parse({"--virtual-local-rank", "--nproc_per_node", "2", "train.py"},
+                    {{"CUDA_VISIBLE_DEVICES", "3,5"}});
     CHECK(ok.result.exit_code == 0);
-    auto o = parse({"--virtual-local-rank", "--nproc_per_node", "3", "train.py"}, {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+    auto o = parse({"--virtual-local-rank", "--nproc_per_node", "3", "train.py"},
+                   {{"CUDA_VISIBLE_DEVICES", "3,5"}});
     CHECK(o.result.exit_code == 2);
     CHECK_THAT(o.result.message, Catch::Contains("--virtual-local-rank gives local rank 2 its entry of "
                                                  "CUDA_VISIBLE_DEVICES='3,5', which has only 2"));
@@ -689,12 +692,15 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
     CHECK(parse({"--virtual-local-rank", "--nproc_per_node", "3", "train.py"}).result.exit_code == 0);
   }
   SECTION("duplicate filters: torchrun's comma-separated list, ',,' for a comma, PET_ variables") {
-    auto o = parse({"--duplicate-stdout-filters", "loss,acc", "--duplicate_stderr_filters=a,,b,c", "train.py"});
+    auto o =
+        parse({"--duplicate-stdout-filters", "loss,acc", "--duplicate_stderr_filters=a,,b,c", "train.py"});
     CHECK(o.config.duplicate_stdout_filters == std::vector<std::string>{"loss", "acc"});
     CHECK(o.config.duplicate_stderr_filters == std::vector<std::string>{"a,b", "c"});
-    CHECK_THAT(o.result.message, Catch::Contains("warning: --duplicate_stdout_filters is accepted but ddprun does "
-                                                 "not write filtered_stdout.log yet"));
-    auto e = parse({"train.py"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "x"}, {"PET_DUPLICATE_STDERR_FILTERS", "y,z"}});
+    CHECK_THAT(o.result.message,
+               Catch::Contains("warning: --duplicate_stdout_filters is accepted but ddprun does "
+                               "not write filtered_stdout.log yet"));
+    auto e =
+        parse({"train.py"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "x"}, {"PET_DUPLICATE_STDERR_FILTERS", "y,z"}});
     CHECK(e.config.duplicate_stdout_filters == std::vector<std::string>{"x"});
     CHECK(e.config.duplicate_stderr_filters == std::vector<std::string>{"y", "z"});
     CHECK(comma_separated_list("") == std::vector<std::string>{""});
@@ -711,7 +717,8 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
     auto o = parse({"--event-log-handler", "file", "train.py"});
     CHECK(o.result.exit_code == 2);
     CHECK(o.result.message ==
-          "ddprun: invalid --event_log_handler value 'file': expected one of null, console, dynamic_rendezvous");
+          "ddprun: invalid --event_log_handler value 'file': expected one of null, console, "
+          "dynamic_rendezvous");
   }
 }
 
@@ -754,14 +761,16 @@ TEST_CASE("--numa-binding chooses each local rank's CPUs at parse time", "[launc
   SECTION("a local rank without a GPU: exit 2 before anything starts") {
     auto o = parse_numa({"--numa-binding", "node", "--nproc_per_node", "3", "train.py"}, m);
     CHECK(o.result.exit_code == 2);
-    CHECK_THAT(o.result.message, Catch::StartsWith("ddprun: --numa-binding=node: local rank 2 has no GPU 2 (2 "
-                                                   "NVIDIA GPUs visible)"));
+    CHECK_THAT(o.result.message,
+               Catch::StartsWith("ddprun: --numa-binding=node: local rank 2 has no GPU 2 (2 "
+                                 "NVIDIA GPUs visible)"));
   }
   SECTION("unknown modes are refused; torchrun has no PET_NUMA_BINDING") {
     auto o = parse_numa({"--numa-binding", "core_complex", "train.py"}, m);
     CHECK(o.result.exit_code == 2);
     CHECK(o.result.message ==
-          "ddprun: invalid --numa_binding value 'core_complex': expected node, socket, exclusive or core-complex");
+          "ddprun: invalid --numa_binding value 'core_complex': expected node, socket, exclusive or "
+          "core-complex");
     Args argv{"ddprun", "train.py"};
     LaunchConfig c;
     parse_launch_config(argv, {{"PET_NUMA_BINDING", "node"}}, {}, c, [&] { return m; });
