@@ -7,6 +7,8 @@
 #include <fstream>
 #include <boost/asio.hpp>
 #include <csignal>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <optional>
@@ -23,7 +25,9 @@
 #include "agent/process_context.h"
 #include "agent/progress_monitor.h"
 #include "agent/stack_capture.h"
+#include "agent/terminal.h"
 #include "agent/worker_group.h"
+#include "agent/worker_launches.h"
 #include "rendezvous/text_util.h"
 
 namespace ddprun::agent {
@@ -88,6 +92,11 @@ class ElasticAgent::Loop {
   void execute(WorkerGroup& group, const Action& a, std::deque<GroupEvent>& results);
   WorkerFailure failure_of(const Worker& w, const Event& e) const;
   void stop_workers(int sig, std::chrono::milliseconds grace);
+  // --event-log-handler (agent/event_log.h): torch's events, printed on stderr when on.
+  void record_event(const StatusEvent& e) const;
+  void record_duration(const std::string& state, Clock::time_point since);
+  int record_agent_failed(int exit_code, const std::string& error);
+  void record_job_end(const WorkerGroup& group, const RoundEnd& end);
   int signal_exit_code(int sig) const {
     auto it = config_.signal_exit_codes.find(sig);
     return it == config_.signal_exit_codes.end() ? 128 + sig : it->second;
@@ -109,7 +118,11 @@ class ElasticAgent::Loop {
   bool temp_log_dir_ = false;
   SupervisionPolicy policy_;
   std::optional<RoundEnd> round_end_;  // set by the kFinish action of the current round
+  bool foreground_terminal_ = false;   // stdin is a terminal with the agent in its foreground (terminal.h)
   StragglerTracker stragglers_;         // loop thread only
+  bool print_events_ = false;           // loop thread only, like the two below
+  StatusEvent event_;                   // the agent's fields of the next event (group: the last round's)
+  Clock::time_point run_start_;
 };
 
 bool ElasticAgent::Loop::open_log_dir() {
@@ -452,10 +465,63 @@ ElasticAgent::Loop::RoundEnd ElasticAgent::Loop::run_round(WorkerGroup& group) {
   return *round_end_;
 }
 
+void ElasticAgent::Loop::record_event(const StatusEvent& e) const {
+  if (!print_events_) return;
+  const std::string line = status_event_json(e) + "\n";
+  if (::write(STDERR_FILENO, line.data(), line.size()) < 0) spdlog::debug("cannot print an event: {}", strerror(errno));
+}
+
+// torch's record_duration(state): an AGENT event with how long the step took, and the last round's group.
+void ElasticAgent::Loop::record_duration(const std::string& state, Clock::time_point since) {
+  event_.state = state;
+  event_.agent_restarts = policy_.restarts_done;
+  event_.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  record_event(event_);
+  event_.duration_ms.reset();
+}
+
+// torch's agent FAILED event (an exception ended its run); returns exit_code.
+int ElasticAgent::Loop::record_agent_failed(int exit_code, const std::string& error) {
+  event_.state = "FAILED";
+  event_.agent_restarts = policy_.restarts_done;
+  event_.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - run_start_).count();
+  event_.raw_error = error;
+  record_event(event_);
+  return exit_code;
+}
+
+// The end of the job: a WORKER event per worker and the agent's SUCCEEDED, or (a signal, the store lost, a
+// spawn failure: an exception in torch's agent) the agent's FAILED only.
+void ElasticAgent::Loop::record_job_end(const WorkerGroup& group, const RoundEnd& end) {
+  if (group.signal != 0) {
+    record_agent_failed(0, "SignalException: Process " + std::to_string(::getpid()) + " got signal: " +
+                               std::to_string(group.signal));
+    return;
+  }
+  if (group.store_lost || group.spawn_failed) {
+    record_agent_failed(0, group.store_lost ? "the rendezvous store was lost" : "a worker could not be started");
+    return;
+  }
+  event_.agent_restarts = policy_.restarts_done;
+  event_.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - run_start_).count();
+  for (const StatusEvent& e : worker_status_events(group, end.outcome == Outcome::kSucceeded, event_)) record_event(e);
+  event_.state = "SUCCEEDED";  // the agent ran to the end, whatever its workers did
+  record_event(event_);
+}
+
 int ElasticAgent::Loop::run() {
   // A closed stdout (a pager that quit) must not kill the agent before it stops its workers.
   std::signal(SIGPIPE, SIG_IGN);
-  if (!open_log_dir() || !start_watchdogs()) return kExitSpawnFailed;
+  run_start_ = Clock::now();
+  print_events_ = events_printed(config_.event_log_handler, std::getenv("LOGLEVEL"));
+  if (print_events_) {
+    event_ = StatusEvent{.run_id = rdzv_->run_id(),
+                         .role = config_.role,
+                         .hostname = fq_hostname(),
+                         .rdzv_backend = config_.rdzv_backend,
+                         .entry_point = config_.entry_point};
+  }
+  if (!open_log_dir() || !start_watchdogs()) return record_agent_failed(kExitSpawnFailed, "cannot set up the log directory");
   start_io();
   policy_ = SupervisionPolicy{.max_restarts = config_.max_restarts,
                               .signal_exit_codes = config_.signal_exit_codes,
@@ -465,18 +531,22 @@ int ElasticAgent::Loop::run() {
                               .host = rdzv::local_hostname()};
 
   const int nproc = static_cast<int>(config_.workers.size());
+  foreground_terminal_ = stdin_is_foreground_terminal();
   RoundEnd end;
   while (true) {
     rdzv::RendezvousInfo info;
+    const auto rendezvous_start = Clock::now();
     try {
       in_rendezvous_ = true;
       info = rdzv_->next_rendezvous(nproc);
       in_rendezvous_ = false;
     } catch (const rdzv::RendezvousError& e) {
       in_rendezvous_ = false;
+      record_duration("RENDEZVOUS", rendezvous_start);
       spdlog::error("rendezvous failed: {}", e.what());
-      return kExitRendezvousFailed;
+      return record_agent_failed(kExitRendezvousFailed, e.what());
     }
+    record_duration("RENDEZVOUS", rendezvous_start);
     spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", info.round, info.group_rank,
                  info.group_world_size, info.base_rank, info.base_rank + nproc - 1, info.world_size,
                  info.store_host, info.store_port);
@@ -485,9 +555,20 @@ int ElasticAgent::Loop::run() {
       paths = layout_->create_attempt(info.round, nproc);
     } catch (const std::filesystem::filesystem_error& e) {
       spdlog::error("cannot create the attempt's log directories: {}", e.what());
-      return kExitSpawnFailed;
+      return record_agent_failed(kExitSpawnFailed, e.what());
     }
+    const auto assign_start = Clock::now();
     WorkerGroup group = make_worker_group(config_, info, paths, rdzv_->run_id());
+    record_duration("ASSIGN_WORKER_RANKS", assign_start);
+    event_.group_rank = info.group_rank;
+    event_.group_world_size = info.group_world_size;
+    try {
+      open_filtered_logs(config_, layout_->attempt_dir(info.round), group);
+    } catch (const std::filesystem::filesystem_error& e) {
+      spdlog::error("cannot create the attempt's filtered logs: {}", e.what());
+      return record_agent_failed(kExitSpawnFailed, e.what());
+    }
+    for (Worker& w : group.workers) w.launch.stdin_mode = worker_stdin(w.local_rank, foreground_terminal_);
     end = run_round(group);
     if (end.outcome == Outcome::kRejoin) continue;
     if (end.outcome == Outcome::kRestart) {
@@ -496,6 +577,7 @@ int ElasticAgent::Loop::run() {
                    config_.max_restarts);
       continue;
     }
+    record_job_end(group, end);
     break;
   }
   try {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/event_log.h"
 #include "agent/exit_codes.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
@@ -70,6 +71,14 @@ struct AgentConfig {
   // (agent/prestart.h).
   bool prestart = false;
   std::chrono::milliseconds prestart_delay{2000};
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: tee'd console lines that contain one of them
+  // also go to attempt_<n>/filtered_stdout.log / filtered_stderr.log (created whenever the list is non-empty).
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  // --event-log-handler (agent/event_log.h; $LOGLEVEL in base_env applies), and what its events name: torch's
+  // rendezvous backend ("static", "c10d") and entry point (basename of the program it runs).
+  EventLogHandler event_log_handler = EventLogHandler::kNull;
+  std::string rdzv_backend = "static";
+  std::string entry_point;
 };
 
 // torch's FileTimer is served (agent/file_timer.h): TORCHELASTIC_ENABLE_FILE_TIMER=1 in base_env.

@@ -2,9 +2,14 @@
 //
 //   <log_dir>/<run_id>_<8 random chars>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
+// As in torchrun 2.6 (DefaultLogsSpecs.reify; 1.13 the same), every rank's directory is created, and a file
+// only by whoever writes it: stdout.log / stderr.log by the process context for the streams -r/-t send to a
+// file (agent/worker_launches.h decides), error.json by the worker's @record. tests/integration/
+// test_pytorch_errors.py compares the trees with torchrun's own.
+//
 // ddprun adds, only when hang detection or torch's FileTimer is on: <run_dir>/python_hooks/sitecustomize.py
-// (agent/stack_dump.h), <run_dir>/timer_fifo (agent/file_timer.h) and each worker's heartbeat file
-// attempt_<n>/<local_rank>/progress (DDPRUN_PROGRESS_FILE).
+// (agent/stack_dump.h), <run_dir>/timer_fifo (agent/file_timer.h), each worker's stderr.log (its stack dumps
+// are read from it) and heartbeat file attempt_<n>/<local_rank>/progress (DDPRUN_PROGRESS_FILE).
 //
 // The run directory is created once per agent, like torch's tempfile.mkdtemp(prefix=f"{run_id}_",
 // dir=log_dir): a fresh name, created exclusively (mode 0700). Each attempt's directory is emptied and

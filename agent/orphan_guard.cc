@@ -151,6 +151,10 @@ OrphanGuard::~OrphanGuard() {
   }
 }
 
+int OrphanGuard::cgroup_dir_fd() const {
+  return cgroup_ ? cgroup_->dir_fd() : -1;
+}
+
 int OrphanGuard::cgroup_procs_fd() const {
   return cgroup_ ? cgroup_->procs_fd() : -1;
 }
@@ -250,7 +254,6 @@ void OrphanGuard::send(int op, pid_t pgid) {
 
 void OrphanGuard::watch(pid_t pgid) {
   std::lock_guard lock(mu_);
-  if (cgroup_) cgroup_->add(pgid);
   watched_.insert(pgid);
   ever_watched_.insert(pgid);
   send(kWatch, pgid);

@@ -21,9 +21,8 @@
 // only; a descendant that left them (setsid) is re-parented to init and escapes. kCgroup has no such limit.
 //
 // Contract for the spawn path (ProcessContext):
-//  - before exec, in the child (async-signal-safe): when cgroup_procs_fd() >= 0, write "0" to it (spawn.h's
-//    SpawnRequest::cgroup_procs_fd does). watch() also moves the pid in, but only after exec, so a process
-//    the worker starts at once could stay outside.
+//  - start the child in cgroup_dir_fd() when >= 0 (spawn.h's SpawnRequest::cgroup_fd; with cgroup_procs_fd()
+//    as the fallback for kernels before 5.7, written by the child before exec).
 //  - watch(pid) right after the spawn (pid = the worker's process group); forget(pid) after it was reaped.
 //    Every child the owner waits for itself must be watched until it is reaped.
 //  - kill_leftovers() once the workers are reaped and nothing started by the workers may run any longer (end
@@ -67,6 +66,8 @@ class OrphanGuard {
   Mode mode() const { return cgroup_ ? Mode::kCgroup : Mode::kSubreaper; }
   // The workers' cgroup.procs, open for writing; -1 in kSubreaper mode.
   int cgroup_procs_fd() const;
+  // The workers' cgroup directory (for CLONE_INTO_CGROUP); -1 in kSubreaper mode.
+  int cgroup_dir_fd() const;
   void watch(pid_t pgid);
   void forget(pid_t pgid);
   void kill_leftovers();

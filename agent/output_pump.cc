@@ -43,8 +43,18 @@ bool write_all(int fd, const char* data, size_t size) {
 
 }  // namespace
 
-OutputPump::OutputPump(asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file)
-    : pipe_(io, pipe.release()), console_fd_(console_fd), prefix_(std::move(prefix)), file_(std::move(file)) {
+bool line_matches(std::string_view line, const std::vector<std::string>& filters) {
+  return std::any_of(filters.begin(), filters.end(),
+                     [&](const std::string& needle) { return line.find(needle) != std::string_view::npos; });
+}
+
+OutputPump::OutputPump(asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file,
+                       DuplicateFilter duplicate)
+    : pipe_(io, pipe.release()),
+      console_fd_(console_fd),
+      prefix_(std::move(prefix)),
+      file_(std::move(file)),
+      duplicate_(std::move(duplicate)) {
   pipe_.non_blocking(true);
 }
 
@@ -114,7 +124,7 @@ void OutputPump::consume(const char* data, size_t size) {
 }
 
 void OutputPump::emit_lines(bool at_eof) {
-  std::string batch;
+  std::string batch, duplicates;
   size_t pos = 0;
   auto add = [&](size_t len, bool add_newline) {
     const size_t piece = prefix_.size() + len + (add_newline ? 1 : 0);
@@ -122,6 +132,7 @@ void OutputPump::emit_lines(bool at_eof) {
     // The '\n' of a "\r\n" split across reads ends the line the '\r' already showed: no second prefix.
     const bool newline_after_cr = after_cr_ && len == 1 && pending_[pos] == '\n';
     if (!newline_after_cr) batch += prefix_;
+    if (!newline_after_cr && duplicate_.active()) add_duplicate(pos, len, duplicates);
     batch.append(pending_, pos, len);
     if (add_newline) batch += '\n';
     after_cr_ = !add_newline && pending_[pos + len - 1] == '\r';
@@ -145,11 +156,39 @@ void OutputPump::emit_lines(bool at_eof) {
     }
   }
   flush(batch);
+  flush_duplicates(duplicates);
   pending_.erase(0, pos);
 }
 
 void OutputPump::flush(std::string& batch) {
   if (!batch.empty()) write_all(console_fd_, batch.data(), batch.size());  // console errors: dropped
+  batch.clear();
+}
+
+void OutputPump::add_duplicate(size_t pos, size_t len, std::string& batch) const {
+  std::string_view text(pending_.data() + pos, len);
+  bool ended = false;  // torch reads the stream in text mode: "\r\n", "\r" and "\n" all end as "\n"
+  if (text.ends_with("\r\n")) {
+    text.remove_suffix(2);
+    ended = true;
+  } else if (text.ends_with('\n') || text.ends_with('\r')) {
+    text.remove_suffix(1);
+    ended = true;
+  }
+  std::string line(text);
+  if (ended) line += '\n';
+  if (!line_matches(line, duplicate_.filters)) return;
+  if (!line.ends_with('\n')) line += '\n';  // a line cut at 64 KiB, or the last one of the stream
+  if (!batch.empty() && batch.size() + duplicate_.prefix.size() + line.size() > PIPE_BUF) flush_duplicates(batch);
+  batch += duplicate_.prefix;
+  batch += line;
+}
+
+void OutputPump::flush_duplicates(std::string& batch) const {
+  // One write() per batch to the shared O_APPEND file; an error loses these lines only.
+  if (!batch.empty() && !write_all(duplicate_.file->get(), batch.data(), batch.size())) {
+    spdlog::debug("cannot write a filtered log: {}", strerror(errno));
+  }
   batch.clear();
 }
 

@@ -17,21 +17,43 @@
 // with poll); reads never block, and one turn of io reads at most 1 MiB before yielding to other handlers.
 // Errors: never throws after construction. A failed file write is logged once and the file dropped; console
 // write errors are ignored.
+//
+// Duplicate filters (torch's --duplicate-stdout-filters / --duplicate-stderr-filters): each console line that
+// contains one of the filter strings is also appended to a file shared by every worker's pump of the attempt
+// (attempt_<n>/filtered_stdout.log), with the filter's own prefix and its line end written as '\n' (torch
+// tails the stream in text mode: "\r", "\r\n" and "\n" all end a line as "\n"). Each batch of matching lines
+// is one write() to the O_APPEND file, so the lines of several workers never interleave.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "agent/unique_fd.h"
 
 namespace ddprun::agent {
 
+// The duplicate filter of one stream of one worker. Inactive when `filters` is empty or `file` is null.
+struct DuplicateFilter {
+  std::vector<std::string> filters;  // a line that contains any of them is copied; "" matches every line
+  std::shared_ptr<UniqueFd> file;    // filtered_<stream>.log of the attempt, shared by the workers' pumps
+  std::string prefix;                // torch's "[<role><local_rank>]:" (no node tag)
+
+  bool active() const { return !filters.empty() && file && file->get() >= 0; }
+};
+
+// torch's `any(needle in line for needle in filters)`; `line` is one line with its end as '\n' (the last line
+// of a stream may have none).
+bool line_matches(std::string_view line, const std::vector<std::string>& filters);
+
 class OutputPump : public std::enable_shared_from_this<OutputPump> {
  public:
   // pipe: the read end (made non-blocking here); console_fd: -1 for none; file: -1 for none.
-  OutputPump(boost::asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file);
+  OutputPump(boost::asio::io_context& io, UniqueFd pipe, int console_fd, std::string prefix, UniqueFd file,
+             DuplicateFilter duplicate = {});
 
   // Starts reading asynchronously on io.
   void start();
@@ -55,6 +77,10 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   // Writes the whole lines of pending_ to the console (all of it, '\n' added, when at_eof).
   void emit_lines(bool at_eof);
   void flush(std::string& batch);
+  // Adds the console line [pos, pos+len) of pending_ (its own line end included, if any) to `batch` when it
+  // matches the duplicate filter.
+  void add_duplicate(size_t pos, size_t len, std::string& batch) const;
+  void flush_duplicates(std::string& batch) const;
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
@@ -63,6 +89,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   UniqueFd file_;        // -1: none
   std::string pending_;  // the start of a line not yet complete
   bool after_cr_ = false;  // the last console line ended with '\r'
+  const DuplicateFilter duplicate_;
   bool finished_ = false;
 };
 

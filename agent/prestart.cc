@@ -1,5 +1,6 @@
 #include "agent/prestart.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -30,7 +31,7 @@ const std::string& prestart_stub_source() {
 }
 
 Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub,
-                      int cgroup_procs_fd) {
+                      int cgroup_fd, int cgroup_procs_fd) {
   if (interpreter_args == 0 || interpreter_args >= like.argv.size()) {
     throw std::logic_error("start_standby: no script after the interpreter's arguments");
   }
@@ -52,12 +53,20 @@ Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const s
   ExecStrings strings(std::move(argv), like.env);
   const cpu_set_t affinity = cpu_set_of(like.cpu_affinity);
 
+  UniqueFd null_stdin;  // the launch's stdin: a standby is released with its fd 0 as it is
+  if (like.stdin_mode == WorkerLaunch::Stdin::kNull) {
+    null_stdin.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (null_stdin.get() < 0) throw errno_error(errno, who + ": cannot open /dev/null");
+  }
+
   SpawnRequest request;
   request.path = exe.c_str();
   request.argv = strings.argv();
   request.envp = strings.envp();
   request.death_signal = SIGKILL;
   request.fd3 = child_end.get();
+  request.stdin_fd = null_stdin.get();
+  request.cgroup_fd = cgroup_fd;
   request.cgroup_procs_fd = cgroup_procs_fd;
   request.affinity = like.cpu_affinity.empty() ? nullptr : &affinity;
   SpawnedProcess child = spawn_process(request, who);

@@ -5,11 +5,12 @@
 // A standby is `<interpreter argv prefix> <stub>` (the prefix is the worker's own argv up to its script:
 // `python -u`), spawned like a worker (agent/spawn.h: own process group, PR_SET_PDEATHSIG, the launch's CPU
 // affinity) with the environment of the launch it was modelled on, fd 3 one end of a SOCK_SEQPACKET socket
-// pair, stdout/stderr the agent's. The stub (agent/prestart_stub.py, written to the run directory) imports
-// torch, then blocks reading the socket. release() sends one message — JSON {"argv": [script args...],
-// "env": {...}, "stdout": bool, "stderr": bool} — with the new stdout/stderr fds (SCM_RIGHTS) where they are
-// replaced; the stub puts them on fd 1/2, replaces os.environ and runs the script with runpy.
-// Closing the socket without a message makes an unused standby exit 0.
+// pair, stdout/stderr the agent's, stdin the agent's or /dev/null as the launch says (a terminal holder's
+// foreground is given by the agent at release). The stub (agent/prestart_stub.py, written to the run
+// directory) imports torch, then blocks reading the socket. release() sends one message — JSON {"argv":
+// [script args...], "env": {...}, "stdout": bool, "stderr": bool} — with the new stdout/stderr fds
+// (SCM_RIGHTS) where they are replaced; the stub puts them on fd 1/2, replaces os.environ and runs the script
+// with runpy. Closing the socket without a message makes an unused standby exit 0.
 //
 // Threads: not thread-safe; the owner (ProcessContext) calls everything from one thread.
 // Errors: start_standby throws std::system_error like spawn_process; release throws std::system_error when
@@ -39,10 +40,10 @@ struct Standby {
 };
 
 // Starts a standby for like.local_rank running `like.argv[0..interpreter_args) stub`, in the cgroup of
-// cgroup_procs_fd (-1: the agent's; see agent/orphan_guard.h). Preconditions: 0 < interpreter_args <
+// cgroup_fd / cgroup_procs_fd (-1: the agent's; see agent/spawn.h and agent/orphan_guard.h). Preconditions: 0 < interpreter_args <
 // like.argv.size().
 Standby start_standby(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub,
-                      int cgroup_procs_fd);
+                      int cgroup_fd, int cgroup_procs_fd);
 
 // True when `w` can be run by `standby`: the same local rank and interpreter prefix.
 bool standby_fits(const Standby& standby, const WorkerLaunch& w);

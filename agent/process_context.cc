@@ -11,6 +11,7 @@
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "agent/output_pump.h"
 #include "agent/prestart.h"
 #include "agent/spawn.h"
+#include "agent/terminal.h"
 #include "agent/unique_fd.h"
 
 namespace ddprun::agent {
@@ -107,6 +109,23 @@ StreamSetup setup_stream(const std::filesystem::path& file, bool console, const 
   return s;
 }
 
+// The worker's fd 0 when it is not the agent's: /dev/null for kNull; -1 otherwise.
+UniqueFd open_stdin(WorkerLaunch::Stdin mode, const std::string& who) {
+  if (mode != WorkerLaunch::Stdin::kNull) return UniqueFd();
+  UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw errno_error(who + ": cannot open /dev/null");
+  return fd;
+}
+
+// asio installs its handlers without SA_RESTART: add it, so that a SIGCHLD does not interrupt a read or a
+// write somewhere in the agent.
+void restart_interrupted_calls(int sig) {
+  struct sigaction action {};
+  if (::sigaction(sig, nullptr, &action) != 0 || (action.sa_flags & SA_RESTART)) return;
+  action.sa_flags |= SA_RESTART;
+  ::sigaction(sig, &action, nullptr);
+}
+
 void wait_reaped(pid_t pid) {
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
@@ -127,7 +146,9 @@ std::string ExitStatus::describe() const {
 struct Worker {
   int local_rank = 0;
   pid_t pid = -1;
+  WorkerLaunch::Stdin stdin_mode = WorkerLaunch::Stdin::kInherit;
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;  // until the exit is seen
+  bool stopped = false;                                   // by a signal, until it continues
   bool exited = false;
   bool reaped = false;  // by someone else: the status was lost
   std::vector<std::shared_ptr<OutputPump>> pumps;
@@ -135,7 +156,12 @@ struct Worker {
 
 class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(asio::io_context& io, ExitFn on_exit) : io_(io), on_exit_(std::move(on_exit)), grace_timer_(io) {}
+  Impl(asio::io_context& io, ExitFn on_exit)
+      : io_(io), on_exit_(std::move(on_exit)), grace_timer_(io), sigchld_(io, SIGCHLD) {
+    restart_interrupted_calls(SIGCHLD);
+  }
+  // After construction (it needs weak_from_this()).
+  void start() { watch_stops(); }
 
   pid_t spawn(const WorkerLaunch& w);
   void prestart(const WorkerLaunch& like, size_t interpreter_args, const std::filesystem::path& stub);
@@ -156,6 +182,8 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   void end_standby(StandbyEntry& entry);
   void watch(const std::shared_ptr<Worker>& worker);
   void on_exited(const std::shared_ptr<Worker>& worker);
+  void watch_stops();
+  void on_stopped_or_continued(Worker& worker);
   void arm_grace_timer();
   void on_grace_expired();
   void maybe_finish_stop();
@@ -172,7 +200,9 @@ class ProcessContext::Impl : public std::enable_shared_from_this<Impl> {
   std::chrono::steady_clock::time_point deadline_;
   asio::steady_timer grace_timer_;
   std::vector<std::function<void()>> done_;
-  OrphanGuard guard_;  // kills the workers' groups if this process dies without close()
+  asio::signal_set sigchld_;
+  TerminalForeground terminal_;  // given to the kTerminal worker while it runs and is not stopped
+  OrphanGuard guard_;            // kills the workers' groups if this process dies without close()
 };
 
 pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
@@ -181,8 +211,12 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   if (stopping_) throw std::logic_error(who + ": a stop() is in progress");
   if (w.argv.empty()) throw std::invalid_argument(who + ": empty argv");
   const std::string exe = find_program(w.argv[0], w.env, who);
-  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix, w.whole_lines, who);
-  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix, w.whole_lines, who);
+  // A duplicate filter needs the stream's lines: through a pipe, like whole_lines.
+  StreamSetup out =
+      setup_stream(w.stdout_file, w.console_stdout, w.prefix, w.whole_lines || w.stdout_duplicate.active(), who);
+  StreamSetup err =
+      setup_stream(w.stderr_file, w.console_stderr, w.prefix, w.whole_lines || w.stderr_duplicate.active(), who);
+  const UniqueFd in = open_stdin(w.stdin_mode, who);
 
   std::optional<SpawnedProcess> child = release_standby(w, out.child_fd.get(), err.child_fd.get());
   if (!child) {
@@ -197,9 +231,12 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
     request.path = exe.c_str();
     request.argv = strings.argv();
     request.envp = strings.envp();
+    request.stdin_fd = in.get();
+    request.take_terminal = w.stdin_mode == WorkerLaunch::Stdin::kTerminal;
     request.stdout_fd = out.child_fd.get();
     request.stderr_fd = err.child_fd.get();
     request.death_signal = SIGKILL;
+    request.cgroup_fd = guard_.cgroup_dir_fd();
     request.cgroup_procs_fd = guard_.cgroup_procs_fd();
     request.affinity = w.cpu_affinity.empty() ? nullptr : &affinity;
     child = spawn_process(request, who);
@@ -212,12 +249,15 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   auto worker = std::make_shared<Worker>();
   worker->local_rank = w.local_rank;
   worker->pid = pid;
+  worker->stdin_mode = w.stdin_mode;
+  if (w.stdin_mode == WorkerLaunch::Stdin::kTerminal) terminal_.give(pid);  // done by a fresh child already
   worker->pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, child->pidfd.release());
   for (auto* s : {&out, &err}) {
     if (s->pipe_read.get() < 0) continue;
     const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;
     worker->pumps.push_back(std::make_shared<OutputPump>(io_, std::move(s->pipe_read), console_fd, w.prefix,
-                                                         std::move(s->tee_file)));
+                                                         std::move(s->tee_file),
+                                                         s == &out ? w.stdout_duplicate : w.stderr_duplicate));
     worker->pumps.back()->start();
   }
   workers_[pid] = worker;
@@ -255,7 +295,7 @@ void ProcessContext::Impl::prestart(const WorkerLaunch& like, size_t interpreter
     standbys_.erase(it);
   }
   auto entry = std::make_unique<StandbyEntry>();
-  entry->standby = start_standby(like, interpreter_args, stub, guard_.cgroup_procs_fd());
+  entry->standby = start_standby(like, interpreter_args, stub, guard_.cgroup_dir_fd(), guard_.cgroup_procs_fd());
   guard_.watch(entry->standby.pid);
   entry->watch = std::make_unique<asio::posix::stream_descriptor>(io_, entry->standby.pidfd.release());
   const int local_rank = like.local_rank;
@@ -334,6 +374,7 @@ void ProcessContext::Impl::on_exited(const std::shared_ptr<Worker>& worker) {
   }
   worker->pidfd.reset();
   for (auto& pump : worker->pumps) pump->drain_available();
+  if (terminal_.holder() == worker->pid) terminal_.take_back();
   worker->exited = true;
   --running_;
   // on_exit first, then (posted) the done of a stop that this exit completes.
@@ -341,9 +382,50 @@ void ProcessContext::Impl::on_exited(const std::shared_ptr<Worker>& worker) {
   if (on_exit_) on_exit_(worker->local_rank, worker->pid, status);
 }
 
+void ProcessContext::Impl::watch_stops() {
+  sigchld_.async_wait([weak = weak_from_this()](auto ec, int) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) return;
+    for (const auto& [pid, worker] : self->workers_) {
+      if (!worker->exited) self->on_stopped_or_continued(*worker);
+    }
+    self->watch_stops();
+  });
+}
+
+// Consumes the worker's stop and continue reports (never its exit: no WEXITED) and acts on the last one.
+void ProcessContext::Impl::on_stopped_or_continued(Worker& worker) {
+  std::optional<int> stop_signal;
+  bool continued = false;
+  while (true) {
+    siginfo_t info{};
+    const int r = ::waitid(P_PID, static_cast<id_t>(worker.pid), &info, WSTOPPED | WCONTINUED | WNOHANG);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 || info.si_pid == 0) break;
+    if (info.si_code == CLD_STOPPED) {
+      stop_signal = info.si_status;
+      continued = false;
+    } else if (info.si_code == CLD_CONTINUED) {
+      continued = true;
+    }
+  }
+  if (stop_signal && !continued) {
+    worker.stopped = true;
+    spdlog::error("{}", stop_message(worker.local_rank, worker.pid, *stop_signal, worker.stdin_mode));
+    // While it is stopped the agent holds the terminal: Ctrl-C reaches the agent, which stops the job.
+    if (terminal_.holder() == worker.pid) terminal_.take_back();
+  } else if (continued && worker.stopped) {
+    worker.stopped = false;
+    spdlog::info("local_rank {} (pid {}) continues", worker.local_rank, worker.pid);
+    if (worker.stdin_mode == WorkerLaunch::Stdin::kTerminal && !stopping_) terminal_.give(worker.pid);
+  }
+}
+
 void ProcessContext::Impl::signal_all(int sig) {
   for (const auto& [pid, worker] : workers_) {
-    if (!worker->exited) ::kill(-pid, sig);
+    if (worker->exited) continue;
+    ::kill(-pid, sig);
+    if (worker->stopped && sig != SIGKILL && sig != SIGCONT) ::kill(-pid, SIGCONT);
   }
 }
 
@@ -425,6 +507,9 @@ void ProcessContext::Impl::close() {
   if (closed_) return;
   closed_ = true;
   grace_timer_.cancel();
+  boost::system::error_code ignored;
+  sigchld_.cancel(ignored);
+  terminal_.take_back();
   for (const auto& [pid, worker] : workers_) {
     if (!worker->reaped) ::kill(-pid, SIGKILL);
   }
@@ -444,7 +529,9 @@ void ProcessContext::Impl::close() {
 }
 
 ProcessContext::ProcessContext(asio::io_context& io, ExitFn on_exit)
-    : impl_(std::make_shared<Impl>(io, std::move(on_exit))) {}
+    : impl_(std::make_shared<Impl>(io, std::move(on_exit))) {
+  impl_->start();
+}
 
 ProcessContext::~ProcessContext() {
   impl_->close();

@@ -12,13 +12,27 @@
 // thread that lives as long as the workers (the io_context's thread of the agent); the end of that thread
 // SIGKILLs every worker it spawned.
 //
-// Exit detection is event-driven, without polling and without SIGCHLD: a pidfd (pidfd_open(2), Linux >= 5.3)
+// Exit detection is event-driven, without polling: a pidfd (pidfd_open(2), Linux >= 5.3)
 // per worker is waited on by the io_context; on readiness the status is read with waitid(WNOWAIT). An
 // exited worker is kept as a zombie (not reaped) until stop() completes or the context is destroyed: the
 // zombie pins its pid and process-group id, so killing what is left of its group later can never hit an
 // unrelated process that reused the number. Requirements on the rest of the agent process: do not set
 // SIGCHLD to SIG_IGN and do not call waitpid(-1, ...) or Boost.Process's on_exit (they would reap workers
 // behind our back); set SIGPIPE to SIG_IGN if the agent's stdout may be a pipe that closes.
+//
+// Stopped workers: SIGCHLD is caught (an asio signal_set on io, SA_RESTART added: calls that the kernel
+// restarts are not interrupted; poll, epoll_wait, nanosleep and the like may still fail with EINTR in any
+// thread of the process). On each one, every running worker's stop or continue report is consumed with
+// waitid(WSTOPPED | WCONTINUED | WNOHANG) (without WEXITED: this never reaps anything), and a worker stopped
+// by a signal (SIGTTIN, SIGTTOU, SIGTSTP, SIGSTOP) is reported once per stop, as one error line
+// (terminal.h's stop_message). It is not resumed: a SIGTTIN or SIGTTOU stop would only repeat, since the
+// worker retries the same access to the terminal. signal_all() and stop() send SIGCONT after their signal to
+// a worker that is stopped, so that it acts on it.
+//
+// Terminal (WorkerLaunch::stdin_mode == kTerminal, at most one worker at a time): the child makes its process
+// group the terminal's foreground before exec (a released standby: the agent does it); the agent takes the
+// foreground back to its own group when that worker stops (so that Ctrl-C reaches the agent again), gives
+// it again when the worker continues, and takes it back for good when the worker exits and on close().
 //
 // Output of one stream (stdout or stderr) of a worker:
 //  - console on, and a file, a prefix or whole_lines set: the child writes into a pipe that the agent reads
@@ -57,6 +71,8 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/output_pump.h"
+
 namespace ddprun::agent {
 
 // "SIGTERM"; the number as text when the signal has no name (real-time signals).
@@ -92,6 +108,14 @@ struct WorkerLaunch {
   bool whole_lines = false;
   // CPUs the worker is bound to (sched_setaffinity in the child, before exec); empty = the agent's own set.
   std::vector<int> cpu_affinity;
+  // The worker's fd 0 (agent/terminal.h decides which): the agent's own; /dev/null; or the agent's terminal,
+  // with the worker's process group made the terminal's foreground while the worker runs.
+  enum class Stdin { kInherit, kNull, kTerminal };
+  Stdin stdin_mode = Stdin::kInherit;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters (agent/output_pump.h): console lines that match
+  // are also appended to the attempt's shared filtered_*.log. An active filter makes the stream go through
+  // the agent (a pipe) even without a file or prefix.
+  DuplicateFilter stdout_duplicate, stderr_duplicate;
 };
 
 class ProcessContext {
@@ -125,7 +149,8 @@ class ProcessContext {
   // Local ranks with a standby waiting (ascending).
   std::vector<int> standbys() const;
 
-  // kill(-pgid, sig) for each running worker. Returns at once; exits are reported through on_exit.
+  // kill(-pgid, sig) for each running worker (then SIGCONT to one that is stopped). Returns at once; exits
+  // are reported through on_exit.
   void signal_all(int sig);
 
   // Sends `sig` to the process group of every running worker; SIGKILLs the groups still running after

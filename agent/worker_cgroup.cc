@@ -1,5 +1,7 @@
 #include "agent/worker_cgroup.h"
 
+#include "agent/spawn.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -199,33 +201,20 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
     }
   }
   UniqueFd procs(::open((dir / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-  // Moving a process needs write access to the common ancestor's cgroup.procs too: a child of ours tries.
-  int status = -1;
-  if (procs.get() >= 0) {
-    const pid_t probe = ::vfork();  // the child only writes and exits: no copy of the agent's memory
-    if (probe == 0) ::_exit(::write(procs.get(), "0", 1) == 1 ? 0 : 1);
-    if (probe > 0) {
-      while (::waitpid(probe, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
-  if (status != 0) {
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  // Starting a process there needs write access to the common ancestor's cgroup.procs too: a child tries.
+  if (procs.get() < 0 || dir_fd.get() < 0 || !child_can_join_cgroup(dir_fd.get(), procs.get())) {
     spdlog::debug("no cgroup v2 for the workers: a child cannot join {}", dir.string());
     ::rmdir(dir.c_str());
     return nullptr;
   }
-  return std::unique_ptr<WorkerCgroup>(new WorkerCgroup(std::move(dir), std::move(procs)));
+  return std::unique_ptr<WorkerCgroup>(new WorkerCgroup(std::move(dir), std::move(dir_fd), std::move(procs)));
 }
 
 WorkerCgroup::~WorkerCgroup() {
   if (!kill_cgroup_and_remove(path_.c_str(), 10000)) {
     spdlog::warn("could not empty and remove the workers' cgroup {}", path_.string());
   }
-}
-
-void WorkerCgroup::add(pid_t pid) const {
-  const std::string text = std::to_string(pid);
-  [[maybe_unused]] ssize_t n = ::write(procs_.get(), text.data(), text.size());
 }
 
 bool WorkerCgroup::kill_all(std::chrono::steady_clock::time_point deadline) const {

@@ -10,11 +10,11 @@
 // read-only (Docker's and Kubernetes' default). No controller is enabled: the cgroup only groups processes,
 // every limit stays the agent's cgroup's.
 //
-// Joining: a process joins by writing "0" to procs_fd() (async-signal-safe: the spawn child does it before
-// exec, agent/spawn.h SpawnRequest::cgroup_procs_fd) or is moved by add(pid). Its descendants stay in the
+// Joining: a worker is started in it (agent/spawn.h: SpawnRequest::cgroup_fd, CLONE_INTO_CGROUP; on kernels
+// before 5.7 the child writes "0" to procs_fd() before exec). Its descendants stay in the
 // cgroup for good unless they may write to the agent's cgroup (root).
 //
-// Threads: kill_all and add may run on any thread; the object must outlive them. Errors: create() returns
+// Threads: kill_all may run on any thread; the object must outlive them. Errors: create() returns
 // nullptr (and logs why at debug level) when the cgroup cannot be made or joined; nothing else throws.
 #pragma once
 
@@ -42,8 +42,8 @@ std::optional<std::filesystem::path> cgroup2_directory(std::string_view mountinf
 
 class WorkerCgroup {
  public:
-  // Creates the cgroup and checks that a child of the agent can join it (a forked probe). nullptr when not
-  // possible.
+  // Creates the cgroup and checks that a child of the agent can be started in it (a probe child that exits
+  // at once). nullptr when not possible.
   static std::unique_ptr<WorkerCgroup> create();
   // Kills what is left (kill_all) and removes the directory.
   ~WorkerCgroup();
@@ -53,17 +53,18 @@ class WorkerCgroup {
   const std::filesystem::path& path() const { return path_; }
   // cgroup.procs, open for writing (O_CLOEXEC).
   int procs_fd() const { return procs_.get(); }
-  // Moves `pid` in (best effort: a process already gone or already inside is fine).
-  void add(pid_t pid) const;
+  // The directory itself, open (O_CLOEXEC): for clone3's CLONE_INTO_CGROUP (agent/spawn.h).
+  int dir_fd() const { return dir_.get(); }
   // SIGKILLs every process inside (cgroup.kill; on kernels before 5.14, each pid of cgroup.procs until none
   // is left) and waits until the cgroup is empty or `deadline` passes (then false). Blocks.
   bool kill_all(std::chrono::steady_clock::time_point deadline) const;
 
  private:
-  WorkerCgroup(std::filesystem::path path, UniqueFd procs)
-      : path_(std::move(path)), procs_(std::move(procs)) {}
+  WorkerCgroup(std::filesystem::path path, UniqueFd dir, UniqueFd procs)
+      : path_(std::move(path)), dir_(std::move(dir)), procs_(std::move(procs)) {}
 
   std::filesystem::path path_;
+  UniqueFd dir_;
   UniqueFd procs_;
 };
 

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <utility>
 
+#include "agent/terminal.h"
 #include "agent/worker_launches.h"
 
 namespace ddprun::agent {
@@ -67,6 +68,15 @@ std::string seconds_text(std::chrono::milliseconds d) {
   return s;
 }
 
+// The job ends by `sig` as if the agent had got it: every worker gets it, the peers are told.
+void shut_down(WorkerGroup& g, int sig, Plan& plan) {
+  const int node = node_of(g);
+  g.signal = sig;
+  plan.stop_workers(sig);
+  plan.publish(RoundStop{RoundStop::Kind::kShutdown, node,
+                         "node " + std::to_string(node) + " got " + signal_name(sig), 128 + sig});
+}
+
 void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
   Worker& w = g.workers.at(static_cast<size_t>(e.local_rank));
   w.status = e.status;
@@ -91,6 +101,15 @@ void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPoli
     plan.add(Action::Kind::kMarkNodeDone);
     if (g.stop) plan.stop_workers(SIGTERM);  // the round already ended (kDone by the others): nothing waits
     return;
+  }
+  if (w.launch.stdin_mode == WorkerLaunch::Stdin::kTerminal && is_terminal_interrupt(e.status.signal)) {
+    // Ctrl-C (Ctrl-\) reached only the worker that holds the terminal: the user's interrupt of the job.
+    w.state = WorkerState::kStopped;
+    plan.warn("local_rank " + std::to_string(w.local_rank) + " (pid " + std::to_string(w.pid) +
+              "), which holds the terminal, ended by " + signal_name(e.status.signal) +
+              ": interrupting the job, forwarding it to the workers (grace " +
+              seconds_text(p.shutdown_grace) + " s)");
+    return shut_down(g, e.status.signal, plan);
   }
   w.state = WorkerState::kFailed;
   WorkerFailure f = e.failure.value_or(WorkerFailure{
@@ -173,12 +192,9 @@ void on_signal(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, 
     if (g.signal == 0) g.signal = e.signal;
     return;
   }
-  g.signal = e.signal;
   plan.warn("received " + signal_name(e.signal) + ": forwarding it to the workers (grace " +
             seconds_text(p.shutdown_grace) + " s)");
-  plan.stop_workers(e.signal);
-  plan.publish(RoundStop{RoundStop::Kind::kShutdown, node, "node " + std::to_string(node) + " got " +
-                         signal_name(e.signal), 128 + e.signal});
+  shut_down(g, e.signal, plan);
 }
 
 void on_publish_result(WorkerGroup& g, const GroupEvent& e, Plan& plan, const RoundStop& attempted) {

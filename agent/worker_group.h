@@ -12,6 +12,8 @@
 //       |--a FileTimer deadline missed------> capture stacks, send the timer's signal to that worker
 //       |--a peer stopped the round---------> kStopping: stop local workers (with the peer's signal, if any)
 //       |--a signal------------------------> kStopping: forward it, publish kShutdown
+//       |--the terminal holder (local rank 0, agent/terminal.h) ended by SIGINT/SIGQUIT (Ctrl-C, Ctrl-\)
+//       |                                   -> as that signal to the agent: the user's interrupt, no restart
 //       |--store lost----------------------> kStopping (exit 3)
 //       '--every local worker succeeded----> kSucceeded: node_done, wait in the exit barrier
 //   kSucceeded --round stopped / barrier timeout / store lost--> kStopping (nothing runs: stopped at once)

@@ -1,9 +1,13 @@
 #include "agent/worker_launches.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <csignal>
 #include <utility>
 
 #include "agent/worker_env.h"
+#include "agent/worker_group.h"
 
 namespace ddprun::agent {
 
@@ -94,9 +98,34 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
       w.prefix = "[" + (config.node_tag.empty() ? "" : config.node_tag + ":") + config.role +
                  std::to_string(lr) + "]:";
     }
+    // torch's --duplicate-*-filters tail the tee'd streams (tee_stdouts: not the ranks --local_ranks_filter
+    // drops), with its console prefix.
+    const std::string torch_prefix = "[" + config.role + std::to_string(lr) + "]:";
+    if (o.stdout_to_file && o.stdout_to_console && !config.duplicate_stdout_filters.empty())
+      w.stdout_duplicate = {.filters = config.duplicate_stdout_filters, .file = nullptr, .prefix = torch_prefix};
+    if (o.stderr_to_file && o.stderr_to_console && !config.duplicate_stderr_filters.empty())
+      w.stderr_duplicate = {.filters = config.duplicate_stderr_filters, .file = nullptr, .prefix = torch_prefix};
     out.push_back(std::move(w));
   }
   return out;
+}
+
+void open_filtered_logs(const AgentConfig& config, const std::filesystem::path& attempt_dir, WorkerGroup& group) {
+  auto open = [&](const std::vector<std::string>& filters, const char* name,
+                  DuplicateFilter WorkerLaunch::*member) {
+    if (filters.empty()) return;
+    const std::filesystem::path file = attempt_dir / name;
+    // O_APPEND: the workers' pumps share it, each batch of lines one write().
+    auto fd = std::make_shared<UniqueFd>(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    if (fd->get() < 0) {
+      throw std::filesystem::filesystem_error("cannot create", file, std::error_code(errno, std::generic_category()));
+    }
+    for (Worker& w : group.workers) {
+      if (!(w.launch.*member).filters.empty()) (w.launch.*member).file = fd;
+    }
+  };
+  open(config.duplicate_stdout_filters, "filtered_stdout.log", &WorkerLaunch::stdout_duplicate);
+  open(config.duplicate_stderr_filters, "filtered_stderr.log", &WorkerLaunch::stderr_duplicate);
 }
 
 }  // namespace ddprun::agent

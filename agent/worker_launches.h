@@ -8,9 +8,11 @@
 // more than one worker shares the console; the console prefix "[<node_tag>:<role><local_rank>]:" (no
 // "<node_tag>:" when the tag is empty) when prefix_console is set. With hang detection or torch's FileTimer
 // on: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and the stack-dump hook (PYTHONPATH first entry,
-// DDPRUN_STACK_SIGNAL), see agent/elastic_agent.h.
+// DDPRUN_STACK_SIGNAL), see agent/elastic_agent.h. With --duplicate-*-filters, a stream both written to its
+// log file and shown (tee'd, not dropped by --local_ranks_filter) gets the filters and torch's own prefix
+// "[<role><local_rank>]:" (its file: open_filtered_logs()).
 //
-// Pure: touches no file or process. Thread-safe. Preconditions (broken ones are bugs, not user errors):
+// Pure (worker_launches(): open_filtered_logs() creates files): touches no file or process. Thread-safe. Preconditions (broken ones are bugs, not user errors):
 // paths and ranks have one entry per local rank (config.workers.size()).
 #pragma once
 
@@ -29,5 +31,13 @@ namespace ddprun::agent {
 std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv::RendezvousInfo& info,
                                           const std::vector<WorkerLogPaths>& paths,
                                           const std::vector<int>& ranks, const std::string& run_id);
+
+struct WorkerGroup;
+
+// Not pure: creates <attempt_dir>/filtered_stdout.log / filtered_stderr.log, empty, for each stream whose
+// --duplicate-*-filters list is non-empty (torch does so every attempt, whether or not a line matches), and
+// gives the file to every worker of the group that filters that stream. Throws
+// std::filesystem::filesystem_error naming the file.
+void open_filtered_logs(const AgentConfig& config, const std::filesystem::path& attempt_dir, WorkerGroup& group);
 
 }  // namespace ddprun::agent

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <filesystem>
 
 #include "agent/exit_codes.h"
 
@@ -58,6 +59,14 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   const bool log_files_asked = c.redirects != StdSpec{} || c.tee != StdSpec{};
   if (a.log_dir.empty() && log_files_asked) a.log_dir = context.temp_dir;
   a.node_tag = node_tag(c, context.host_and_pid);
+  a.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  a.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  a.event_log_handler = c.event_log_handler;
+  // What torch's events name: its rendezvous backend (standalone is c10d there) and the basename of its
+  // entry point (sys.executable; the script with --no-python; its run_script_path function with --run-path).
+  a.rdzv_backend = c.rdzv_kind == RendezvousKind::kStatic ? "static" : "c10d";
+  const std::string program = c.run_path ? "run_script_path" : c.worker_argv(0).front();
+  a.entry_point = std::filesystem::path(program).filename().string();
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {
     a.workers.push_back(
         {.argv = c.worker_argv(lr), .interpreter_args = c.interpreter_args(), .output = worker_output(c, lr)});

@@ -467,17 +467,6 @@ class Parser {
                           : handler == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
                                                             : EventLogHandler::kNull;
     if (auto g = given("--numa_binding")) numa_binding(c, *g);
-    // Accepted, so that torchrun command lines run unchanged; what they do needs the agent's output pumps and
-    // event log (not yet there): say so rather than pretend.
-    for (std::string stream : {"stdout", "stderr"}) {
-      const std::string f = "--duplicate_" + stream + "_filters";
-      if (given(f))
-        warnings_.push_back(f + " is accepted but ddprun does not write filtered_" + stream + ".log yet");
-    }
-    if (c.event_log_handler == EventLogHandler::kConsole) {
-      warnings_.push_back(
-          "--event_log_handler=console is accepted but ddprun does not print agent events yet");
-    }
   }
 
   // --numa-binding: the CPUs of every local rank, chosen now so that a machine without what the mode needs

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/event_log.h"        // --event-log-handler
 #include "agent/numa_topology.h"    // --numa-binding
 #include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
 #include "launcher/flag_values.h"   // RdzvTimings
@@ -65,9 +66,8 @@ struct SlurmLaunch {
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
 enum class RendezvousKind { kStatic, kC10d, kStandalone };
 
-// torchrun's --event-log-handler values (torch.distributed.elastic.events.handlers): "null" (default),
-// "console" (the agent's events as JSON lines on stderr), "dynamic_rendezvous" (a null handler too).
-enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
+// torchrun's --event-log-handler values: agent/event_log.h.
+using EventLogHandler = agent::EventLogHandler;
 
 // torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
 // {""} (an empty filter, which every line contains).

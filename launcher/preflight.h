@@ -3,7 +3,8 @@
 //   1. the program the workers run (--python, or the program itself with --no_python) is there and
 //      executable, and the training script is readable;
 //   2. the store port, when this node hosts the store, can be bound (store_port_free);
-//   3. the interpreter runs (interpreter_problem): `<python> -S -c ''` exits 0 within a short deadline.
+//   3. the interpreter runs (launcher/interpreter_check.h: `<python> -S -c ''` exits 0 within a short
+//      deadline; a success is remembered, so the same interpreter is not started again).
 // 1 and 3 are problems for exit code 2 (kExitUsage, docs/cli.md). A busy port is not reported here: its
 // error and exit code (3) are the store's own (rdzv::BindError, thrown by the rendezvous handler that binds
 // the port right after the preflight); the preflight only makes sure that nothing is spawned, not even the
@@ -12,9 +13,7 @@
 // Not checked here: the log directory (the agent creates it before the rendezvous, exit 5).
 #pragma once
 
-#include <chrono>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,23 +29,10 @@ std::string torch_local_rank_arg(const std::string& python, const std::map<std::
 // One message per problem, each naming what is wrong and what to do; empty when the launch can go on.
 // `env` is the agent's environment (its PATH finds the program as the workers' exec will; the interpreter
 // check runs with it, as the workers will); `cwd` is where relative script paths are read from. Blocks for
-// the interpreter check (a few ms; interpreter_deadline at most).
+// the interpreter check (an interpreter start when its success is not remembered; kInterpreterDeadline at
+// most).
 std::vector<std::string> preflight(const LaunchConfig& config, const std::map<std::string, std::string>& env,
                                    const std::string& cwd);
-
-// How long the interpreter may take to run `-S -c ''`. Past it the check is given up with a warning on
-// stderr (a slow interpreter is not a broken one) and the launch goes on.
-inline constexpr std::chrono::milliseconds interpreter_deadline{5000};
-
-// Runs `exe -S -c ''` (exe: an absolute path; `shown`: how the user named it, for the message) with `env`,
-// stdin and stdout on /dev/null, stderr captured. nullopt when it exits 0, or when it is still running after
-// `deadline` (then it is SIGKILLed and reaped; a warning is printed). Otherwise one line: what ran, how it
-// ended (exit code, signal, or why it could not be executed) and the telling line of its stderr ("Fatal
-// Python error: ...", else the last one). -S (no site import) halves the cost; what it skips (site-packages
-// .pth files) cannot stop an interpreter from starting. Never throws.
-std::optional<std::string> interpreter_problem(const std::string& exe, const std::string& shown,
-                                               const std::map<std::string, std::string>& env,
-                                               std::chrono::milliseconds deadline = interpreter_deadline);
 
 // Whether the port of the store this node hosts can be bound now: true when this node hosts no store on a
 // fixed port (a worker node, c10d without is_host=1, --standalone's free port, Slurm's probed ports), else

@@ -1,10 +1,16 @@
-// LogLayout against a temporary directory.
+// LogLayout against a temporary directory, and the log files a worker launch asks for.
 #include "agent/log_layout.h"
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/worker_launches.h"
 
 #include "catch_compat.h"
 
@@ -54,5 +60,48 @@ TEST_CASE("LogLayout::create reports an unusable log_dir", "[log_layout]") {
   const fs::path file = fs::path(name) / "a-file";
   std::ofstream(file) << "x";
   CHECK_THROWS_AS(LogLayout::create(file / "logs", "r"), fs::filesystem_error);
+  fs::remove_all(name);
+}
+
+// Which files torchrun 2.6 writes under attempt_<n>/<local_rank>/ (tests/integration/test_pytorch_errors.py
+// compares whole trees with torchrun's own): the directories, stdout.log / stderr.log only for the streams
+// -r/-t send to a file, error.json only when the worker's @record writes it. ddprun adds stderr.log only with
+// hang detection or the FileTimer (stack dumps are read from it).
+TEST_CASE("LogLayout: an attempt holds directories only; a worker gets the files its streams ask for",
+          "[log_layout]") {
+  char name[] = "/tmp/ddprun-log-test-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  const LogLayout layout = LogLayout::create(fs::path(name) / "logs", "job");
+  const auto paths = layout.create_attempt(0, 4);
+  std::vector<std::string> tree;
+  for (const auto& e : fs::recursive_directory_iterator(layout.run_dir())) {
+    tree.push_back(fs::relative(e.path(), layout.run_dir()).string() + (e.is_directory() ? "/" : ""));
+  }
+  std::sort(tree.begin(), tree.end());
+  CHECK(tree == std::vector<std::string>{"attempt_0/", "attempt_0/0/", "attempt_0/1/", "attempt_0/2/", "attempt_0/3/"});
+
+  using namespace ddprun::agent;
+  AgentConfig c;
+  c.workers.resize(4);
+  for (auto& w : c.workers) w.argv = {"python3", "-u", "t.py"};
+  c.workers[1].output.stdout_to_file = true;                              // -r 1:1 (or -t)
+  c.workers[2].output.stderr_to_file = true;                              // -r 2:2
+  c.workers[3].output = {.stdout_to_file = true, .stderr_to_file = true};  // -r 3:3
+  ddprun::rdzv::RendezvousInfo info;
+  info.world_size = 4;
+  auto launches = worker_launches(c, info, paths, {0, 1, 2, 3}, "job");
+  auto files = [&](const WorkerLaunch& w) {
+    return std::make_pair(w.stdout_file.empty() ? "" : w.stdout_file.filename().string(),
+                          w.stderr_file.empty() ? "" : w.stderr_file.filename().string());
+  };
+  CHECK(files(launches[0]) == std::make_pair(std::string(), std::string()));
+  CHECK(files(launches[1]) == std::make_pair(std::string("stdout.log"), std::string()));
+  CHECK(files(launches[2]) == std::make_pair(std::string(), std::string("stderr.log")));
+  CHECK(files(launches[3]) == std::make_pair(std::string("stdout.log"), std::string("stderr.log")));
+  for (const auto& w : launches) CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == paths[w.local_rank].error_file.string());
+
+  c.hang_timeout = std::chrono::seconds(60);  // ddprun's hang detection reads every rank's stderr.log
+  launches = worker_launches(c, info, paths, {0, 1, 2, 3}, "job");
+  for (const auto& w : launches) CHECK(w.stderr_file == paths[w.local_rank].stderr_file);
   fs::remove_all(name);
 }

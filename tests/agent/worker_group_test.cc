@@ -192,6 +192,40 @@ TEST_CASE("a signal is forwarded to the workers and published; the job ends with
   CHECK_FALSE(a[0].close_rendezvous);
 }
 
+TEST_CASE("the terminal holder's Ctrl-C interrupts the job as a SIGINT to the agent: no restart, 130") {
+  Fixture f;
+  f.g.workers[0].launch.stdin_mode = WorkerLaunch::Stdin::kTerminal;
+  auto a = f.exited(0, ExitStatus{.signal = SIGINT});
+  REQUIRE(kinds(a) == std::vector{AK::kStopWorkers, AK::kPublishStop});
+  CHECK(find(a, AK::kStopWorkers).signal == SIGINT);
+  CHECK(find(a, AK::kPublishStop).stop.kind == RoundStop::Kind::kShutdown);
+  CHECK(find(a, AK::kPublishStop).stop.exit_code == 130);
+  CHECK(logs(a) ==
+        "local_rank 0 (pid 100), which holds the terminal, ended by SIGINT: interrupting the job, "
+        "forwarding it to the workers (grace 30 s)\n");
+  CHECK(f.g.failures.empty());
+  f.exited(1, ExitStatus{.signal = SIGINT});
+  a = f.stopped();
+  REQUIRE(kinds(a) == std::vector{AK::kFinish});
+  CHECK(a[0].outcome == Outcome::kExit);
+  CHECK(a[0].exit_code == 130);
+  CHECK_FALSE(a[0].close_rendezvous);
+}
+
+TEST_CASE("Ctrl-\\ (SIGQUIT) of the terminal holder too; a SIGINT of another worker is a failure") {
+  Fixture f;
+  f.g.workers[0].launch.stdin_mode = WorkerLaunch::Stdin::kTerminal;
+  CHECK(find(f.exited(0, ExitStatus{.signal = SIGQUIT}), AK::kStopWorkers).signal == SIGQUIT);
+  CHECK(f.stopped().back().exit_code == 128 + SIGQUIT);
+
+  Fixture g;
+  g.g.workers[1].launch.stdin_mode = WorkerLaunch::Stdin::kNull;
+  auto a = g.exited(1, ExitStatus{.signal = SIGINT});
+  CHECK(kinds(a) == std::vector{AK::kStopWorkers, AK::kProbeLiveness});
+  CHECK(find(a, AK::kStopWorkers).signal == SIGTERM);
+  CHECK(g.g.failures.size() == 1);
+}
+
 TEST_CASE("a second signal kills the workers at once") {
   Fixture f;
   f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGTERM});

@@ -154,15 +154,20 @@ class FailureSummary(IntegrationTestCase):
         self.assertRegex(root, r"error_file: \S*attempt_0/0/error\.json")
 
     def test_stderr_tail_without_error_file(self):
-        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "1",
+        # -r 2: stderr goes to stderr.log only; its last lines follow torchrun's block (which says no more than
+        # "To enable traceback see: ..." for a worker without an error file).
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "1", "-r", "2", "--log_dir", self.path("logs"),
                                     *self.fake("--print-lines", "30", "--stderr", "--tag", "ERRLINE", "--exit", "4")],
                                    WAIT)
         self.assertEqual(rc, 4, agent.describe())
         err = agent.stderr()
         self.assertIn("Root Cause", err, agent.describe())
         root = err[err.index("Root Cause"):]
-        self.assertIn("ERRLINE29:", root)  # the last line the worker wrote
-        self.assertIn("error_file: <N/A>", root)
+        self.assertIn("  error_file: <N/A>\n  traceback : To enable traceback see: "
+                      "https://pytorch.org/docs/stable/elastic/errors.html\n", root)
+        details = root[root.index("ddprun: more on these failures:\n[0]: rank 0 (local_rank: 0)\n"):]
+        self.assertIn("ERRLINE29:", details)  # the last line the worker wrote
+        self.assertNotIn("ERRLINE29:", err[:err.index("Root Cause")])  # not on the console: -r 2
 
 
 class LogsAndConsole(IntegrationTestCase):

@@ -61,7 +61,7 @@ class HangDetection(IntegrationTestCase):
         self.assert_where(stderr, agent)
         summary = stderr[stderr.index("Root Cause (first observed failure):"):]
         self.assertIn("  rank      : 2 (local_rank: 2)", summary, agent.describe())
-        self.assertIn("  exitcode  : 6 (exitcode 6)", summary, agent.describe())
+        self.assertRegex(summary, r"  exitcode  : 6 \(pid: \d+\)\n", agent.describe())
         self.assertIn(f"  message   : no progress from any rank for {HANG_TIMEOUT} s (--hang_timeout)", summary)
         self.assertRegex(summary, r"  stacks    :\n    rank 2: .*stuck_in_data_loading", agent.describe())
         # Each rank's log holds its full dump (every thread).

@@ -1,8 +1,10 @@
 """ddprun-launch against torch's own `python -m torch.distributed.launch` (torch 1.13; 2.6 in the .torch26
 variant): the same flags give every worker the same arguments — --local_rank=N (torch 1.x) or --local-rank=N
 (torch 2.x) before the script's own, none with --use_env — and the same LOCAL_RANK."""
+import glob
 import json
 import os
+import socket
 import unittest
 
 from ddprun_testlib import DDPRUN, PYTHON, IntegrationTestCase
@@ -77,6 +79,46 @@ class LaunchCompat(IntegrationTestCase):
                                       program=PYTHON)
         self.assertEqual(rc, 2, torchrun.describe())
         self.assertIn("unrecognized arguments: --virtual-local-rank", torchrun.stderr())
+
+    def test_newer_torchrun_flags_duplicate_filters_and_event_log(self):
+        """--duplicate-*-filters: the tee'd lines of the shown ranks that match go, with torch's prefix, to the
+        attempt's filtered_*.log (created even when nothing matches); --event-log-handler=console: torch's
+        event lines on stderr, in torch's order."""
+        logs = self.path("logs")
+        script = 'echo "keep $LOCAL_RANK"; echo "drop $LOCAL_RANK"; echo "keep on stderr" >&2'
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", str(NPROC), "--tee", "3", "--log_dir", logs,
+                                    "--local_ranks_filter", "0", "--duplicate-stdout-filters", "keep,nothing",
+                                    "--duplicate-stderr-filters", "absent", "--event-log-handler", "console",
+                                    "--no_python", "/bin/sh", "-c", script], 60)
+        self.assertEqual(rc, 0, agent.describe())
+        [attempt] = glob.glob(os.path.join(logs, "*", "attempt_0"))
+        with open(os.path.join(attempt, "filtered_stdout.log")) as f:
+            self.assertEqual(f.read(), "[default0]:keep 0\n")  # local rank 1 is not shown: not tailed
+        with open(os.path.join(attempt, "filtered_stderr.log")) as f:
+            self.assertEqual(f.read(), "")
+        events = [json.loads(line) for line in agent.stderr().splitlines()
+                  if line.startswith('{"name": "torchelastic.worker.status.')]
+        self.assertEqual([(e["source"], e["metadata"]["state"]) for e in events],
+                         [("AGENT", "RENDEZVOUS"), ("AGENT", "ASSIGN_WORKER_RANKS"), ("WORKER", "SUCCEEDED"),
+                          ("WORKER", "SUCCEEDED"), ("AGENT", "SUCCEEDED")])
+        first, worker1, last = events[0]["metadata"], events[3]["metadata"], events[4]["metadata"]
+        self.assertEqual(list(first), ["run_id", "global_rank", "group_rank", "worker_id", "role", "hostname",
+                                       "state", "total_run_time", "rdzv_backend", "raw_error", "metadata",
+                                       "agent_restarts", "duration_ms"])
+        self.assertEqual((first["group_rank"], first["rdzv_backend"], first["hostname"]),
+                         (None, "c10d", socket.getfqdn()))
+        self.assertIsInstance(first["duration_ms"], float)
+        self.assertEqual(json.loads(first["metadata"]), {"group_world_size": None, "entry_point": "sh"})
+        self.assertEqual((worker1["global_rank"], worker1["group_rank"], worker1["duration_ms"]), (1, 0, None))
+        self.assertEqual(json.loads(worker1["metadata"]),
+                         {"group_world_size": 1, "entry_point": "sh", "local_rank": [1], "role_rank": [1],
+                          "role_world_size": [2], "exit_code": [None], "worker_pid": [None]})
+        self.assertEqual((last["worker_id"], last["raw_error"]), (None, None))
+        # LOGLEVEL=WARNING hides them, as torch's events logger does.
+        agent, rc = self.run_agent(["--standalone", "--event-log-handler", "console", "--no_python", "/bin/true"],
+                                   60, env={"LOGLEVEL": "WARNING"})
+        self.assertEqual(rc, 0, agent.describe())
+        self.assertNotIn("torchelastic.worker.status", agent.stderr())
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Signals to ddprun and what happens to its workers: forwarding, exit codes, the SIGKILL after
 --shutdown_timeout, process groups, and no orphans when the agent itself is SIGKILLed. Fake workers only."""
 import os
+import pty
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import unittest
 
-from ddprun_testlib import HOST_PYTHON, IntegrationTestCase, proc_stat, read_pidfile, wait_until
+from ddprun_testlib import DDPRUN, HOST_PYTHON, IntegrationTestCase, proc_stat, read_pidfile, wait_until
 
 WAIT = 60  # seconds: bound for anything that should take well under a second
 
@@ -250,6 +252,155 @@ class EscapedDescendants(IntegrationTestCase):
         agent, escaped = self.start_escaping("exit", wrap=(*ro_cgroup, os.environ["DDPRUN"]))
         self.assertEqual(agent.wait(WAIT), 0, agent.describe())
         self.assert_nothing_left(escaped, "setsid child and daemon after ddprun exited 0 (no cgroup)")
+
+
+class PtyAgent:
+    """ddprun run as from a shell in a terminal: a pseudo-terminal is its controlling terminal, stdin, stdout
+    and stderr, and its process group is the terminal's foreground (setsid --ctty). type() writes to the
+    terminal as a keyboard would (b"\\x03" is Ctrl-C); output() is everything shown on it."""
+
+    def __init__(self, args, env, cwd):
+        master, slave = pty.openpty()
+        self.proc = subprocess.Popen(["setsid", "--ctty", DDPRUN, *args], stdin=slave, stdout=slave, stderr=slave,
+                                     env=env, cwd=cwd)
+        os.close(slave)
+        self.master = master
+        self._chunks = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every process holding the terminal has closed it
+                return
+            if not chunk:
+                return
+            with self._lock:
+                self._chunks.append(chunk)
+
+    def output(self):
+        with self._lock:
+            return b"".join(self._chunks).decode(errors="replace")
+
+    def type(self, data):
+        os.write(self.master, data)
+
+    def wait_for(self, text, timeout):
+        wait_until(lambda: text in self.output(), timeout, repr(text) + " on the terminal",
+                   lambda: "--- terminal ---\n" + self.output()[-3000:])
+
+    def wait(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ddprun still running after {timeout} s\n--- terminal ---\n"
+                                 f"{self.output()[-3000:]}") from None
+        self._reader.join(10)
+        return rc
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(10)
+        os.close(self.master)
+
+
+class TerminalInput(IntegrationTestCase):
+    """Terminal input as under torchrun (agent/terminal.h): local rank 0 holds the terminal (its process group
+    is the foreground) and reads what is typed; the other local ranks read end of file; Ctrl-C reaches rank 0
+    and interrupts the job; a worker stopped by the terminal is reported, not waited for in silence."""
+
+    def setUp(self):
+        super().setUp()
+        if shutil.which("setsid") is None:
+            self.skipTest("needs setsid(1) from util-linux")
+
+    def start_in_terminal(self, nproc, script):
+        path = self.path("worker.py")
+        with open(path, "w") as f:
+            f.write(script)
+        env = dict(os.environ, DDPRUN_IT_TOKEN=self.token)
+        env.pop("PYTHONBREAKPOINT", None)
+        agent = PtyAgent(["--standalone", "--nproc_per_node", str(nproc), "--python", HOST_PYTHON, path], env,
+                         self.tmp)
+        self.addCleanup(agent.close)
+        return agent
+
+    def test_rank_0_reads_the_line_typed(self):
+        agent = self.start_in_terminal(1, "line = input('type here> ')\nprint('rank 0 got ' + line.upper())\n")
+        agent.wait_for("type here> ", WAIT)
+        agent.type(b"hello\n")
+        self.assertEqual(agent.wait(WAIT), 0, agent.output())
+        self.assertIn("rank 0 got HELLO", agent.output())
+
+    def test_breakpoint_in_rank_0(self):
+        agent = self.start_in_terminal(1, "x = 6\nbreakpoint()\nprint('after the breakpoint')\n")
+        agent.wait_for("(Pdb) ", WAIT)
+        agent.type(b"p x*7\n")
+        agent.wait_for("42", WAIT)
+        agent.type(b"c\n")
+        self.assertEqual(agent.wait(WAIT), 0, agent.output())
+        self.assertIn("after the breakpoint", agent.output())
+
+    def test_other_ranks_read_end_of_file(self):
+        agent = self.start_in_terminal(2, "import os, sys\nif os.environ['LOCAL_RANK'] == '1':\n"
+                                          "    print('rank 1 read %r' % sys.stdin.read())\n")
+        self.assertEqual(agent.wait(WAIT), 0, agent.output())
+        self.assertIn("rank 1 read ''", agent.output())
+
+    def test_worker_stopped_by_the_terminal_is_reported_and_ctrl_c_ends_the_job(self):
+        agent = self.start_in_terminal(2, "import os, time\n"
+                                          "open(os.path.join(os.path.dirname(__file__), 'pid_' + os.environ['LOCAL_RANK']), "
+                                          "'w').write('%d\\n' % os.getpid())\n"
+                                          "if os.environ['LOCAL_RANK'] == '1':\n    open('/dev/tty').read()\n"
+                                          "time.sleep(1000)\n")
+        pids = self.wait_pidfiles(self.path("pid_{}"), 2, WAIT)
+        line = f"local_rank 1 (pid {pids[1]}) is stopped by SIGTTIN: it read the terminal, which only local_rank 0"
+        agent.wait_for(line, WAIT)
+        self.assertEqual(proc_stat(pids[1])[0], "T")
+        agent.type(b"\x03")
+        self.assertEqual(agent.wait(WAIT), 130, agent.output())
+        self.assertEqual(agent.output().count(line), 1, agent.output())
+        self.assert_gone(pids, WAIT, "workers after Ctrl-C")
+
+    def test_ctrl_c_reaches_rank_0_and_interrupts_the_job(self):
+        agent = self.start_in_terminal(2, "import os, time\n"
+                                          "open(os.path.join(os.path.dirname(__file__), 'pid_' + os.environ['LOCAL_RANK']), "
+                                          "'w').write('%d\\n' % os.getpid())\ntime.sleep(1000)\n")
+        pids = self.wait_pidfiles(self.path("pid_{}"), 2, WAIT)
+        self.assertEqual(os.tcgetpgrp(agent.master), pids[0], "rank 0's group holds the terminal")
+        agent.type(b"\x03")
+        self.assertEqual(agent.wait(WAIT), 130, agent.output())
+        self.assertIn("which holds the terminal, ended by SIGINT: interrupting the job", agent.output())
+        self.assertNotIn("received SIGINT", agent.output())  # the agent itself did not get it
+        self.assertNotIn("restarting", agent.output())
+        self.assert_gone(pids, WAIT, "workers after Ctrl-C")
+
+    def test_without_a_terminal_every_rank_inherits_stdin(self):
+        script = self.path("worker.py")
+        with open(script, "w") as f:
+            f.write("import os, sys\nif os.environ['LOCAL_RANK'] == '1':\n    print('rank 1 read %r' % sys.stdin.read())\n")
+        done = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node", "2", "--python", HOST_PYTHON, script],
+                              input=b"from a pipe\n", capture_output=True, timeout=WAIT, cwd=self.tmp,
+                              env=dict(os.environ, DDPRUN_IT_TOKEN=self.token), start_new_session=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn(b"rank 1 read 'from a pipe\\n'", done.stdout)
+
+    def test_a_worker_that_stops_itself_is_reported_once(self):
+        agent = self.start(["--standalone", "--nproc_per_node", "1", "--no_python", HOST_PYTHON, "-c",
+                            "import os, signal\nopen('pid_0', 'w').write('%d\\n' % os.getpid())\n"
+                            "os.kill(os.getpid(), signal.SIGTTOU)\n"])
+        pid = self.wait_pidfiles(self.path("pid_{}"), 1, WAIT)[0]
+        line = f"local_rank 0 (pid {pid}) is stopped by SIGTTOU"
+        wait_until(lambda: line in agent.output(), WAIT, "the stop reported", agent.describe)
+        # Resumed from outside, it goes on and the job succeeds; the stop was reported once.
+        os.kill(pid, signal.SIGCONT)
+        self.assertEqual(agent.wait(WAIT), 0, agent.describe())
+        self.assertEqual(agent.output().count(line), 1, agent.describe())
 
 
 if __name__ == "__main__":
