@@ -747,7 +747,7 @@ Outcome parse_numa(const Args& args, const ddprun::agent::NumaMachine& machine) 
 
 }  // namespace
 
-TEST_CASE("--numa-binding chooses each local rank's CPUs at parse time", "[launcher][cli]") {
+TEST_CASE("numa binding (--numa-binding) chooses each local rank's CPUs at parse time", "[launcher][cli]") {
   const auto m = two_gpus_on_node_1();
   auto node = parse_numa({"--numa-binding", "node", "--nproc_per_node", "2", "train.py"}, m);
   REQUIRE(node.result.exit_code == 0);
