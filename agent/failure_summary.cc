@@ -7,23 +7,23 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace ddprun::agent {
 
 namespace {
 
 constexpr char kNotAvailable[] = "<N/A>";
-constexpr char kNoTraceback[] = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+constexpr char kNoTraceback[] =
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
 
 // Python's str.replace("\n", "\n  "): torch's indentation of a traceback under "traceback : ".
 std::string indent_continuations(const std::string& text) {
@@ -84,7 +84,8 @@ std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& pat
   std::string shown = m.contains("message") && m["message"].is_string() ? out.message : kNotAvailable;
   if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
     const auto& x = m["extraInfo"];
-    if (x.contains("py_callstack") && x["py_callstack"].is_string()) shown = x["py_callstack"].get<std::string>();
+    if (x.contains("py_callstack") && x["py_callstack"].is_string())
+      shown = x["py_callstack"].get<std::string>();
     if (x.contains("timestamp")) out.timestamp = seconds_of(x["timestamp"]);
   }
   out.traceback = indent_continuations(shown);
@@ -115,10 +116,10 @@ size_t root_cause(const std::vector<WorkerFailure>& failures) {
 
 std::string python_signal_name(int sig) {
   static constexpr std::array<const char*, 32> kNames{
-      nullptr,   "SIGHUP",  "SIGINT",    "SIGQUIT", "SIGILL",  "SIGTRAP", "SIGABRT",   "SIGBUS",
-      "SIGFPE",  "SIGKILL", "SIGUSR1",   "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM",   "SIGTERM",
-      "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU",   "SIGURG",
-      "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO",  "SIGPWR",    "SIGSYS"};
+      nullptr,     "SIGHUP",  "SIGINT",    "SIGQUIT", "SIGILL",   "SIGTRAP", "SIGABRT", "SIGBUS",
+      "SIGFPE",    "SIGKILL", "SIGUSR1",   "SIGSEGV", "SIGUSR2",  "SIGPIPE", "SIGALRM", "SIGTERM",
+      "SIGSTKFLT", "SIGCHLD", "SIGCONT",   "SIGSTOP", "SIGTSTP",  "SIGTTIN", "SIGTTOU", "SIGURG",
+      "SIGXCPU",   "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO",   "SIGPWR",  "SIGSYS"};
   if (sig > 0 && sig < static_cast<int>(kNames.size())) return kNames[static_cast<size_t>(sig)];
   if (sig == 34) return "SIGRTMIN";  // Python names only the ends of the real-time range
   if (sig == 64) return "SIGRTMAX";
@@ -153,7 +154,8 @@ std::string local_fqdn() {
     hostent* found = nullptr;
     std::vector<char> scratch(16384);
     int err = 0;
-    if (::gethostbyaddr_r(raw, len, addr.ss_family, &entry, scratch.data(), scratch.size(), &found, &err) != 0 ||
+    if (::gethostbyaddr_r(raw, len, addr.ss_family, &entry, scratch.data(), scratch.size(), &found, &err) !=
+            0 ||
         found == nullptr || found->h_name == nullptr) {
       return name;
     }
@@ -191,9 +193,8 @@ std::string torch_traceback(const WorkerFailure& f) {
 
 // Python's len() of one line: code points of UTF-8 text.
 size_t code_points(std::string_view line) {
-  return static_cast<size_t>(std::count_if(line.begin(), line.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<size_t>(std::count_if(
+      line.begin(), line.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 size_t widest_line(const std::string& text) {
@@ -209,12 +210,12 @@ size_t widest_line(const std::string& text) {
 
 // torch's _FAILURE_FORMAT_TEMPLATE (no final newline).
 std::string format_one(size_t idx, const WorkerFailure& f, const std::string& host) {
-  return "[" + std::to_string(idx) + "]:\n" +                                      //
-         "  time      : " + format_time(f.time) + "\n" +                          //
-         "  host      : " + host + "\n" +                                         //
+  return "[" + std::to_string(idx) + "]:\n" +             //
+         "  time      : " + format_time(f.time) + "\n" +  //
+         "  host      : " + host + "\n" +                 //
          "  rank      : " + std::to_string(f.rank) + " (local_rank: " + std::to_string(f.local_rank) + ")\n" +
          "  exitcode  : " + std::to_string(f.signal != 0 ? -f.signal : f.exit_code) +
-         " (pid: " + std::to_string(f.pid) + ")\n" +                                  //
+         " (pid: " + std::to_string(f.pid) + ")\n" +                                        //
          "  error_file: " + (f.error_file.empty() ? kNotAvailable : f.error_file) + "\n" +  //
          "  traceback : " + torch_traceback(f);
 }
@@ -224,11 +225,12 @@ void indented_lines(std::ostringstream& out, const std::string& text) {
   for (std::string line; std::getline(in, line);) out << "    " << line << "\n";
 }
 
-// ddprun's details of one failure ("" when it has none): a note torch has no place for, the stacks, the stderr
-// tail of a worker without an error file.
+// ddprun's details of one failure ("" when it has none): a note torch has no place for, the stacks, the
+// stderr tail of a worker without an error file.
 std::string details(const WorkerFailure& f) {
   std::ostringstream out;
-  const bool note = !f.message.empty() && (f.error_file.empty() || f.traceback.find(f.message) == std::string::npos);
+  const bool note =
+      !f.message.empty() && (f.error_file.empty() || f.traceback.find(f.message) == std::string::npos);
   if (note) out << "  message   : " << f.message << "\n";
   if (!f.stacks.empty()) {
     out << "  stacks    :\n";
@@ -277,8 +279,8 @@ std::string format_failure_summary(const std::vector<WorkerFailure>& failures, c
     const WorkerFailure& f = failures[order[idx]];
     const std::string d = details(f);
     if (d.empty()) continue;
-    extra += "[" + std::to_string(idx) + "]: rank " + std::to_string(f.rank) + " (local_rank: " +
-             std::to_string(f.local_rank) + ")\n" + d;
+    extra += "[" + std::to_string(idx) + "]: rank " + std::to_string(f.rank) +
+             " (local_rank: " + std::to_string(f.local_rank) + ")\n" + d;
   }
   if (!extra.empty()) out << "ddprun: more on these failures:\n" << extra;
   return out.str();

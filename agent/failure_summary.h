@@ -50,7 +50,7 @@ std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& pat
 std::string read_tail(const std::filesystem::path& path, size_t lines);
 
 struct WorkerFailure {
-  double time = 0;  // unix seconds: error-file timestamp, else when the exit was seen
+  double time = 0;   // unix seconds: error-file timestamp, else when the exit was seen
   std::string host;  // this node's short name (for ddprun's messages; the summary prints the FQDN, as torch)
   int rank = 0;
   int local_rank = 0;
@@ -67,8 +67,8 @@ struct WorkerFailure {
 
 // Index of the root cause: the earliest time at one-second resolution (error files have no finer one, so a
 // failure dated 100.7 by its exit is not later than an error file's "100"); ties go to the failure listed
-// first, i.e. observed first (torch, which sees exits only every monitor interval, takes the lowest local rank
-// among the failures of one poll). `failures` (in the order observed) must not be empty.
+// first, i.e. observed first (torch, which sees exits only every monitor interval, takes the lowest local
+// rank among the failures of one poll). `failures` (in the order observed) must not be empty.
 size_t root_cause(const std::vector<WorkerFailure>& failures);
 
 // The text printed on failure (see the top of this file): torch's block, then ddprun's details, if any.

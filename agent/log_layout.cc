@@ -10,7 +10,10 @@ namespace ddprun::agent {
 
 namespace fs = std::filesystem;
 
-LogLayout LogLayout::create(const fs::path& log_dir, const std::string& run_id) {
+LogLayout LogLayout::create(const fs::path& log_dir_given, const std::string& run_id) {
+  // An absolute path, as Python >= 3.12's mkdtemp returns (os.path.abspath): the workers'
+  // TORCHELASTIC_ERROR_FILE stays right when a worker changes its directory.
+  const fs::path log_dir = absolute_log_dir(log_dir_given);
   fs::create_directories(log_dir);
   // Python's tempfile alphabet and name length.
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";

@@ -29,27 +29,36 @@ namespace ddprun::agent {
 
 struct WorkerLogPaths {
   int local_rank = 0;
-  std::filesystem::path dir;          // <run_dir>/attempt_<n>/<local_rank>
-  std::filesystem::path stdout_file;  // dir/stdout.log
-  std::filesystem::path stderr_file;  // dir/stderr.log
-  std::filesystem::path error_file;   // dir/error.json (the worker's TORCHELASTIC_ERROR_FILE)
+  std::filesystem::path dir;            // <run_dir>/attempt_<n>/<local_rank>
+  std::filesystem::path stdout_file;    // dir/stdout.log
+  std::filesystem::path stderr_file;    // dir/stderr.log
+  std::filesystem::path error_file;     // dir/error.json (the worker's TORCHELASTIC_ERROR_FILE)
   std::filesystem::path progress_file;  // dir/progress (the worker's DDPRUN_PROGRESS_FILE)
   std::filesystem::path run_dir;        // <run_dir> (for the files the agent shares with every worker)
 };
 
 class LogLayout {
  public:
-  // Creates log_dir (and parents) if needed, then a new <run_id>_<8 random chars> directory in it.
+  // Creates log_dir (and parents) if needed, then a new <run_id>_<8 random chars> directory in it. The run
+  // directory is absolute (a relative log_dir is taken from the current directory), as torch's with Python
+  // >= 3.12 (3.11's mkdtemp kept a relative dir relative).
   static LogLayout create(const std::filesystem::path& log_dir, const std::string& run_id);
   // Uses an existing run directory as is (nothing is created).
   explicit LogLayout(std::filesystem::path run_dir) : run_dir_(std::move(run_dir)) {}
+
+  // The directory create() makes the run directory in: log_dir absolute and normalised (os.path.abspath).
+  static std::filesystem::path absolute_log_dir(const std::filesystem::path& log_dir) {
+    return std::filesystem::absolute(log_dir).lexically_normal();
+  }
 
   const std::filesystem::path& run_dir() const { return run_dir_; }
   std::filesystem::path attempt_dir(int attempt) const;  // <run_dir>/attempt_<n>
   static std::filesystem::path python_hook_dir(const std::filesystem::path& run_dir) {
     return run_dir / "python_hooks";
   }
-  static std::filesystem::path timer_file(const std::filesystem::path& run_dir) { return run_dir / "timer_fifo"; }
+  static std::filesystem::path timer_file(const std::filesystem::path& run_dir) {
+    return run_dir / "timer_fifo";
+  }
   // Pure: the paths of one worker of one attempt.
   WorkerLogPaths worker(int attempt, int local_rank) const;
   // Removes attempt_<n> if it exists, creates it and one directory per local rank 0..local_world_size-1,

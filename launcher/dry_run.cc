@@ -212,7 +212,7 @@ std::filesystem::path placeholder_run_dir(const agent::AgentConfig& a, const std
                                           const std::filesystem::path& temp_dir) {
   // agent::LogLayout::create names it <log_dir>/<run_id>_<8 random characters>; without a log_dir the agent
   // makes mkdtemp("<temp dir>/ddprun-<run_id>-XXXXXX") (ElasticAgent, agent/elastic_agent.cc).
-  if (!a.log_dir.empty()) return a.log_dir / (run_id + "_XXXXXXXX");
+  if (!a.log_dir.empty()) return agent::LogLayout::absolute_log_dir(a.log_dir) / (run_id + "_XXXXXXXX");
   return temp_dir / ("ddprun-" + run_id + "-XXXXXX");
 }
 

@@ -105,7 +105,7 @@ void remember(const std::string& file, const std::string& key) {
   if (fd.fd < 0) return;
   const std::string line = key + "\n";
   if (::write(fd.fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.fd, &st) != 0 || st.st_size < kCacheRewriteAt) return;
   fd.reset();
   std::vector<std::string> lines;
@@ -197,7 +197,8 @@ int run_interpreter(const InterpreterCheck& c, std::string& err) {
       exited = fds[pid_at].revents != 0;
     } else {
       siginfo_t info{};
-      exited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+      exited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+               info.si_pid == pid;
     }
   }
   if (!exited) ::kill(pid, SIGKILL);
@@ -215,14 +216,17 @@ int run_interpreter(const InterpreterCheck& c, std::string& err) {
 }  // namespace
 
 std::string interpreter_cache_key(const InterpreterCheck& c) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(c.exe.c_str(), &st) != 0) return "";
   char host[HOST_NAME_MAX + 1] = {};
   ::gethostname(host, sizeof host - 1);
   std::ostringstream key;
-  key << "v1\n" << host << "\n" << c.exe << "\n" << st.st_dev << " " << st.st_ino << " " << st.st_size << " "
-      << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << " " << st.st_ctim.tv_sec << "." << st.st_ctim.tv_nsec
-      << "\n" << c.cwd << "\n";
+  key << "v1\n"
+      << host << "\n"
+      << c.exe << "\n"
+      << st.st_dev << " " << st.st_ino << " " << st.st_size << " " << st.st_mtim.tv_sec << "."
+      << st.st_mtim.tv_nsec << " " << st.st_ctim.tv_sec << "." << st.st_ctim.tv_nsec << "\n"
+      << c.cwd << "\n";
   for (const auto& [k, v] : c.env) {
     if (steers_python(k)) key << k << "=" << v << "\n";
   }
@@ -238,7 +242,8 @@ std::optional<std::string> interpreter_problem(const InterpreterCheck& c) {
 
   std::string err;
   const int status = run_interpreter(c, err);
-  const std::string what = "ddprun: the interpreter '" + c.shown + "'" + (c.shown == c.exe ? "" : " (" + c.exe + ")");
+  const std::string what =
+      "ddprun: the interpreter '" + c.shown + "'" + (c.shown == c.exe ? "" : " (" + c.exe + ")");
   const std::string advice = "; fix it, or give another with --python PATH (or DDPRUN_PYTHON)";
   if (status == -1) {
     std::cerr << "ddprun: warning: the interpreter '" << c.shown << "' did not finish `-S -c ''` within "
@@ -247,7 +252,8 @@ std::optional<std::string> interpreter_problem(const InterpreterCheck& c) {
   }
   if (status < -1) {
     const int error = -2 - status;
-    if (error == EMFILE || error == ENFILE || error == EAGAIN || error == ENOMEM) return std::nullopt;  // ours
+    if (error == EMFILE || error == ENFILE || error == EAGAIN || error == ENOMEM)
+      return std::nullopt;  // ours
     return what + " cannot be executed: " + std::strerror(error) + advice;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -257,7 +263,8 @@ std::optional<std::string> interpreter_problem(const InterpreterCheck& c) {
   const std::string how = WIFSIGNALED(status) ? "was killed by " + agent::signal_name(WTERMSIG(status))
                                               : "exited with " + std::to_string(WEXITSTATUS(status));
   const std::string line = telling_line(err);
-  return what + " does not run: `" + c.shown + " -S -c ''` " + how + (line.empty() ? "" : ": " + line) + advice;
+  return what + " does not run: `" + c.shown + " -S -c ''` " + how + (line.empty() ? "" : ": " + line) +
+         advice;
 }
 
 }  // namespace ddprun::launcher

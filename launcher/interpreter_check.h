@@ -1,7 +1,7 @@
-// Does the workers' Python interpreter run? Part of the preflight (launcher/preflight.h): a broken interpreter
-// (a pyenv shim naming a version that is not installed, a venv or conda env whose libraries are gone, a wrong
-// PYTHONHOME, a binary for another machine, a container wrapper that fails) is one line and exit 2 before the
-// rendezvous, instead of every worker failing after it.
+// Does the workers' Python interpreter run? Part of the preflight (launcher/preflight.h): a broken
+// interpreter (a pyenv shim naming a version that is not installed, a venv or conda env whose libraries are
+// gone, a wrong PYTHONHOME, a binary for another machine, a container wrapper that fails) is one line and
+// exit 2 before the rendezvous, instead of every worker failing after it.
 //
 // The check runs `<exe> -S -c ''` with the agent's environment (the workers inherit it), stdin and stdout on
 // /dev/null, stderr captured, under a deadline. -S (no site import) makes it cheaper; what it skips
@@ -32,8 +32,8 @@ namespace ddprun::launcher {
 inline constexpr std::chrono::milliseconds kInterpreterDeadline{5000};
 
 struct InterpreterCheck {
-  std::string exe;    // absolute path (as agent::find_program found it)
-  std::string shown;  // how the user named it (--python), for the message
+  std::string exe;                         // absolute path (as agent::find_program found it)
+  std::string shown;                       // how the user named it (--python), for the message
   std::map<std::string, std::string> env;  // the agent's environment
   std::string cwd;
   std::chrono::milliseconds deadline = kInterpreterDeadline;
@@ -42,7 +42,8 @@ struct InterpreterCheck {
 
 // nullopt when the interpreter runs (or its success is remembered, or it outlived the deadline); otherwise
 // one line for the user: what ran, how it ended (exit code, signal, or why it could not be executed), the
-// telling line of its stderr ("Fatal Python error: ..." when there is one, else its last line) and what to do.
+// telling line of its stderr ("Fatal Python error: ..." when there is one, else its last line) and what to
+// do.
 std::optional<std::string> interpreter_problem(const InterpreterCheck& check);
 
 // The cache key of a check (a 16-digit hex hash), "" when the interpreter's file cannot be stat'ed. Exposed

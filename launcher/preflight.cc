@@ -6,7 +6,6 @@
 #include <boost/process/child.hpp>
 #include <boost/process/io.hpp>
 #include <boost/process/pipe.hpp>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -36,8 +35,9 @@ std::string check_program(const LaunchConfig& c, const std::map<std::string, std
     return "";
   } catch (const std::system_error& e) {
     return "ddprun: " + std::string(e.what()) +
-           (interpreter ? "; give an interpreter with --python PATH (or DDPRUN_PYTHON)"
-                        : "; with --no_python the script must be an executable program (a path, or a name in PATH)");
+           (interpreter
+                ? "; give an interpreter with --python PATH (or DDPRUN_PYTHON)"
+                : "; with --no_python the script must be an executable program (a path, or a name in PATH)");
   }
 }
 

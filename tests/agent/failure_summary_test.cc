@@ -269,9 +269,10 @@ TEST_CASE("format_failure_summary: other error-file shapes as torch shows them")
   utc();
   TempDir dir;
   SECTION("a plain-string message is shown unindented") {
-    CHECK(format_failure_summary({recorded(dir, 0, 1000, R"({"message": "plain\ntext", "timestamp": 1700000005})",
-                                           "/tmp/g/p.json")},
-                                 "train.py", kHost) ==
+    CHECK(format_failure_summary(
+              {recorded(dir, 0, 1000, R"({"message": "plain\ntext", "timestamp": 1700000005})",
+                        "/tmp/g/p.json")},
+              "train.py", kHost) ==
           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
           "=================================\n"
           "train.py FAILED\n"
@@ -292,9 +293,10 @@ TEST_CASE("format_failure_summary: other error-file shapes as torch shows them")
   }
   SECTION("no py_callstack: the message; widths count characters, not UTF-8 bytes") {
     CHECK(format_failure_summary(
-              {recorded(dir, 0, 7,
-                        R"({"message": {"message": "just a message", "extraInfo": {"timestamp": "1700000000"}}})",
-                        "/tmp/g/n.json")},
+              {recorded(
+                  dir, 0, 7,
+                  R"({"message": {"message": "just a message", "extraInfo": {"timestamp": "1700000000"}}})",
+                  "/tmp/g/n.json")},
               "m", kHost) ==
           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
           "=================================\n"
@@ -336,10 +338,11 @@ TEST_CASE("format_failure_summary: ddprun's details come after torch's block") {
     const std::string text = format_failure_summary({hung, other}, "t.py", kHost);
     const auto end_of_block = text.find("=\nddprun: more on these failures:\n");
     REQUIRE(end_of_block != std::string::npos);
-    CHECK_THAT(text.substr(0, end_of_block),
-               Catch::Contains("Root Cause (first observed failure):\n[1]:\n") &&
-                   Catch::Contains("  exitcode  : 6 (pid: 500)\n  error_file: <N/A>\n  traceback : To enable") &&
-                   !Catch::Contains("ERRLINE") && !Catch::Contains("no progress"));
+    CHECK_THAT(
+        text.substr(0, end_of_block),
+        Catch::Contains("Root Cause (first observed failure):\n[1]:\n") &&
+            Catch::Contains("  exitcode  : 6 (pid: 500)\n  error_file: <N/A>\n  traceback : To enable") &&
+            !Catch::Contains("ERRLINE") && !Catch::Contains("no progress"));
     CHECK(text.substr(end_of_block + 2) ==
           "ddprun: more on these failures:\n"
           "[0]: rank 0 (local_rank: 0)\n"

@@ -1,6 +1,4 @@
 // LogLayout against a temporary directory, and the log files a worker launch asks for.
-#include "agent/log_layout.h"
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -10,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "agent/log_layout.h"
 #include "agent/worker_launches.h"
-
 #include "catch_compat.h"
 
 namespace fs = std::filesystem;
@@ -54,6 +52,19 @@ TEST_CASE("LogLayout builds torchrun's log directory tree", "[log_layout]") {
   fs::remove_all(root);
 }
 
+TEST_CASE("LogLayout::create makes a relative log_dir absolute", "[log_layout]") {
+  char name[] = "/tmp/ddprun-log-test-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  const fs::path before = fs::current_path();
+  fs::current_path(name);
+  const LogLayout layout = LogLayout::create("logs/./x/../y", "r");
+  fs::current_path(before);
+  CHECK(layout.run_dir().parent_path() == fs::path(name) / "logs" / "y");
+  CHECK(fs::is_directory(layout.run_dir()));
+  CHECK(layout.worker(0, 0).error_file.is_absolute());
+  fs::remove_all(name);
+}
+
 TEST_CASE("LogLayout::create reports an unusable log_dir", "[log_layout]") {
   char name[] = "/tmp/ddprun-log-test-XXXXXX";
   REQUIRE(::mkdtemp(name) != nullptr);
@@ -78,14 +89,15 @@ TEST_CASE("LogLayout: an attempt holds directories only; a worker gets the files
     tree.push_back(fs::relative(e.path(), layout.run_dir()).string() + (e.is_directory() ? "/" : ""));
   }
   std::sort(tree.begin(), tree.end());
-  CHECK(tree == std::vector<std::string>{"attempt_0/", "attempt_0/0/", "attempt_0/1/", "attempt_0/2/", "attempt_0/3/"});
+  CHECK(tree == std::vector<std::string>{"attempt_0/", "attempt_0/0/", "attempt_0/1/", "attempt_0/2/",
+                                         "attempt_0/3/"});
 
   using namespace ddprun::agent;
   AgentConfig c;
   c.workers.resize(4);
   for (auto& w : c.workers) w.argv = {"python3", "-u", "t.py"};
-  c.workers[1].output.stdout_to_file = true;                              // -r 1:1 (or -t)
-  c.workers[2].output.stderr_to_file = true;                              // -r 2:2
+  c.workers[1].output.stdout_to_file = true;                               // -r 1:1 (or -t)
+  c.workers[2].output.stderr_to_file = true;                               // -r 2:2
   c.workers[3].output = {.stdout_to_file = true, .stderr_to_file = true};  // -r 3:3
   ddprun::rdzv::RendezvousInfo info;
   info.world_size = 4;
@@ -98,7 +110,8 @@ TEST_CASE("LogLayout: an attempt holds directories only; a worker gets the files
   CHECK(files(launches[1]) == std::make_pair(std::string("stdout.log"), std::string()));
   CHECK(files(launches[2]) == std::make_pair(std::string(), std::string("stderr.log")));
   CHECK(files(launches[3]) == std::make_pair(std::string("stdout.log"), std::string("stderr.log")));
-  for (const auto& w : launches) CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == paths[w.local_rank].error_file.string());
+  for (const auto& w : launches)
+    CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == paths[w.local_rank].error_file.string());
 
   c.hang_timeout = std::chrono::seconds(60);  // ddprun's hang detection reads every rank's stderr.log
   launches = worker_launches(c, info, paths, {0, 1, 2, 3}, "job");

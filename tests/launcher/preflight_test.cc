@@ -9,9 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,7 +45,8 @@ LaunchConfig parse(const std::vector<std::string>& args) {
   std::vector<std::string> argv{"ddprun"};
   argv.insert(argv.end(), args.begin(), args.end());
   LaunchConfig c;
-  auto r = parse_launch_config(argv, {}, [] { return 0; }, c);
+  auto r = parse_launch_config(
+      argv, {}, [] { return 0; }, c);
   INFO(r.message);
   REQUIRE_FALSE(r.should_exit);
   return c;
@@ -142,27 +142,34 @@ TEST_CASE("preflight: an interpreter that does not run is one line naming it, ho
     REQUIRE(errors.size() == 1);
     INFO(errors[0]);
     CHECK(errors[0].find('\n') == std::string::npos);
-    CHECK_THAT(errors[0], Catch::StartsWith("ddprun: the interpreter 'py' (" + (dir.path / "py").string() + ")") &&
-                              Catch::Contains("--python PATH (or DDPRUN_PYTHON)"));
+    CHECK_THAT(errors[0],
+               Catch::StartsWith("ddprun: the interpreter 'py' (" + (dir.path / "py").string() + ")") &&
+                   Catch::Contains("--python PATH (or DDPRUN_PYTHON)"));
     return errors[0];
   };
   SECTION("Python's own fatal error: its 'Fatal Python error' line") {
-    CHECK_THAT(problem_of("echo 'Python path configuration:' >&2\n"
-                          "echo \"  PYTHONHOME = '/nowhere'\" >&2\n"
-                          "echo 'Fatal Python error: init_fs_encoding: failed to get the Python codec' >&2\n"
-                          "echo \"ModuleNotFoundError: No module named 'encodings'\" >&2\nexit 1\n"),
-               Catch::Contains("does not run: `py -S -c ''` exited with 1: Fatal Python error: init_fs_encoding: "
-                               "failed to get the Python codec;"));
+    CHECK_THAT(
+        problem_of("echo 'Python path configuration:' >&2\n"
+                   "echo \"  PYTHONHOME = '/nowhere'\" >&2\n"
+                   "echo 'Fatal Python error: init_fs_encoding: failed to get the Python codec' >&2\n"
+                   "echo \"ModuleNotFoundError: No module named 'encodings'\" >&2\nexit 1\n"),
+        Catch::Contains("does not run: `py -S -c ''` exited with 1: Fatal Python error: init_fs_encoding: "
+                        "failed to get the Python codec;"));
   }
   SECTION("a wrapper's message: its last line") {
-    CHECK_THAT(problem_of("echo \"pyenv: version \\`3.9' is not installed (set by PYENV_VERSION)\" >&2\nexit 127\n"),
-               Catch::Contains("exited with 127: pyenv: version `3.9' is not installed (set by PYENV_VERSION);"));
+    CHECK_THAT(
+        problem_of("echo \"pyenv: version \\`3.9' is not installed (set by PYENV_VERSION)\" >&2\nexit 127\n"),
+        Catch::Contains("exited with 127: pyenv: version `3.9' is not installed (set by PYENV_VERSION);"));
   }
   SECTION("killed by a signal, silent") {
     CHECK_THAT(problem_of("kill -SEGV $$\n"), Catch::Contains("`py -S -c ''` was killed by SIGSEGV; fix it"));
   }
   SECTION("not a program at all") {
-    dir.file("py", std::string("\x7f" "ELF\x01\x01 not really", 15), kExec);
+    dir.file("py",
+             std::string("\x7f"
+                         "ELF\x01\x01 not really",
+                         15),
+             kExec);
     auto errors = preflight(parse({"--python", "py", "train.py"}), env, dir.path);
     REQUIRE(errors.size() == 1);
     CHECK_THAT(errors[0], Catch::Contains("cannot be executed: Exec format error"));
@@ -172,11 +179,15 @@ TEST_CASE("preflight: an interpreter that does not run is one line naming it, ho
 TEST_CASE("interpreter check: the arguments, the environment, a descendant holding stderr, the deadline") {
   TempDir dir;
   const fs::path args = dir.path / "args";
-  const auto py = dir.file("py", "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done > " + args.string() +
-                                     "\n[ \"$MARK\" = yes ] || exit 3\nsleep 3 &\nexit 0\n",
+  const auto py = dir.file("py",
+                           "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done > " + args.string() +
+                               "\n[ \"$MARK\" = yes ] || exit 3\nsleep 3 &\nexit 0\n",
                            kExec);
-  InterpreterCheck check{.exe = py.string(), .shown = "py", .env = {{"MARK", "yes"}, {"PATH", "/usr/bin:/bin"}},
-                         .cwd = dir.path.string(), .use_cache = false};
+  InterpreterCheck check{.exe = py.string(),
+                         .shown = "py",
+                         .env = {{"MARK", "yes"}, {"PATH", "/usr/bin:/bin"}},
+                         .cwd = dir.path.string(),
+                         .use_cache = false};
   const auto start = std::chrono::steady_clock::now();
   CHECK_FALSE(interpreter_problem(check));
   // Its exit decides, not the end of stderr (the background sleep holds it for 3 s).
@@ -187,8 +198,12 @@ TEST_CASE("interpreter check: the arguments, the environment, a descendant holdi
 
   // A slow start is not a broken interpreter: past the deadline it is killed and the launch goes on.
   const auto slow = dir.file("slow", "#!/bin/sh\nexec sleep 30\n", kExec);
-  InterpreterCheck late{.exe = slow.string(), .shown = "slow", .env = {{"PATH", "/usr/bin:/bin"}},
-                        .cwd = dir.path.string(), .deadline = std::chrono::milliseconds(300), .use_cache = false};
+  InterpreterCheck late{.exe = slow.string(),
+                        .shown = "slow",
+                        .env = {{"PATH", "/usr/bin:/bin"}},
+                        .cwd = dir.path.string(),
+                        .deadline = std::chrono::milliseconds(300),
+                        .use_cache = false};
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(interpreter_problem(late));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
@@ -197,10 +212,13 @@ TEST_CASE("interpreter check: the arguments, the environment, a descendant holdi
 TEST_CASE("interpreter check: a success is remembered for the same file, path, directory and environment") {
   TempDir dir;
   const fs::path runs = dir.path / "runs";
-  const auto py = dir.file("py", "#!/bin/sh\necho run >> " + runs.string() + "\nexit ${PYTHON_TEST_EXIT:-0}\n", kExec);
-  InterpreterCheck check{.exe = py.string(), .shown = "py",
-                         .env = {{"PATH", "/usr/bin:/bin"}, {"XDG_CACHE_HOME", (dir.path / "cache").string()}},
-                         .cwd = dir.path.string()};
+  const auto py =
+      dir.file("py", "#!/bin/sh\necho run >> " + runs.string() + "\nexit ${PYTHON_TEST_EXIT:-0}\n", kExec);
+  InterpreterCheck check{
+      .exe = py.string(),
+      .shown = "py",
+      .env = {{"PATH", "/usr/bin:/bin"}, {"XDG_CACHE_HOME", (dir.path / "cache").string()}},
+      .cwd = dir.path.string()};
   auto count = [&] {
     const std::string text = read_file(runs);
     return std::count(text.begin(), text.end(), '\n');
@@ -209,7 +227,7 @@ TEST_CASE("interpreter check: a success is remembered for the same file, path, d
   CHECK(count() == 1);
   CHECK(fs::exists(dir.path / "cache" / "ddprun" / "interpreters-ok"));
   CHECK_FALSE(interpreter_problem(check));
-  CHECK(count() == 1);  // remembered: not run again
+  CHECK(count() == 1);              // remembered: not run again
   check.env["SLURM_JOB_ID"] = "7";  // not something a Python start depends on
   CHECK_FALSE(interpreter_problem(check));
   CHECK(count() == 1);
@@ -244,8 +262,11 @@ TEST_CASE("interpreter check: the real python3, and the same with a PYTHONHOME t
     WARN("no /usr/bin/python3 here");
     return;
   }
-  InterpreterCheck check{.exe = "/usr/bin/python3", .shown = "python3", .env = {{"PATH", "/usr/bin:/bin"}},
-                         .cwd = "/", .use_cache = false};
+  InterpreterCheck check{.exe = "/usr/bin/python3",
+                         .shown = "python3",
+                         .env = {{"PATH", "/usr/bin:/bin"}},
+                         .cwd = "/",
+                         .use_cache = false};
   CHECK_FALSE(interpreter_problem(check));
   check.env["PYTHONHOME"] = "/nonexistent-python-home";
   const std::string problem = interpreter_problem(check).value_or("");
@@ -260,7 +281,7 @@ TEST_CASE("store_port_free: only a store this node hosts on a fixed port is prob
   CHECK_FALSE(store_port_free(parse({"--nnodes", "2", "--node_rank", "0", "--master_port", port, "t.py"})));
   CHECK(store_port_free(parse({"--nnodes", "2", "--node_rank", "1", "--master_port", port, "t.py"})));
   CHECK(store_port_free(parse({"--standalone", "t.py"})));
-  const std::vector<std::string> c10d{"--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+  const std::vector<std::string> c10d{"--nnodes",         "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
                                       "127.0.0.1:" + port};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = c10d;
@@ -291,7 +312,8 @@ TEST_CASE("preflight: nothing is started when the launch cannot go on") {
   // A busy store port: nothing reported here (the store's own bind says "port in use", exit 3, next), and
   // the interpreter not started.
   BusyPort busy;
-  CHECK(preflight(parse({"--nnodes", "1", "--master_port", std::to_string(busy.port), "--python", "py", "train.py"}),
+  CHECK(preflight(parse({"--nnodes", "1", "--master_port", std::to_string(busy.port), "--python", "py",
+                         "train.py"}),
                   env, dir.path)
             .empty());
   CHECK_FALSE(fs::exists(ran));
