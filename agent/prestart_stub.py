@@ -12,7 +12,10 @@ import sys
 
 
 def _warm_up():
-    for name in ("torch", "torch.distributed", "torch.nn.parallel"):
+    # What a DDP script imports on its way to its first step. torch >= 2.0 also imports torch._dynamo there, on
+    # first use (DistributedDataParallel's constructor, an optimizer's): about 1 s of the restart with torch 2.6
+    # on 2 CPUs. torch 1.13 has no torch._dynamo.
+    for name in ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo"):
         try:
             __import__(name)
         except Exception:  # the script imports it again and reports the error itself
