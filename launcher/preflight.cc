@@ -57,6 +57,23 @@ std::string check_script(const LaunchConfig& c, const std::string& cwd) {
   return msg;
 }
 
+// --log_dir: created as the agent creates it (std::filesystem::create_directories; torchrun: os.makedirs) and
+// writable, so that a node that does not host the store learns of a mistake now, not after the rendezvous.
+std::string check_log_dir(const LaunchConfig& c, const std::string& cwd) {
+  if (c.log_dir.empty()) return "";
+  std::filesystem::path dir(c.log_dir);
+  if (dir.is_relative()) dir = std::filesystem::path(cwd) / dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && ::access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
+  if (!ec) return "";
+  return "ddprun: --log_dir '" + c.log_dir + "'" +
+         (dir.string() != c.log_dir ? " (" + dir.string() + ")" : "") +
+         ": cannot create it or write in it: " + ec.message() +
+         "; give a directory this user may write, or leave --log_dir out (logs then go to a temporary "
+         "directory)";
+}
+
 }  // namespace
 
 bool store_port_free(const LaunchConfig& c) {
@@ -99,7 +116,8 @@ std::vector<std::string> preflight(const LaunchConfig& config, const std::map<st
                                    const std::string& cwd) {
   std::vector<std::string> errors;
   std::string program_path;
-  for (std::string e : {check_program(config, env, program_path), check_script(config, cwd)}) {
+  for (std::string e :
+       {check_program(config, env, program_path), check_script(config, cwd), check_log_dir(config, cwd)}) {
     if (!e.empty()) errors.push_back(std::move(e));
   }
   // Nothing is spawned when the launch cannot go on anyway: a problem above, or a busy store port (reported

@@ -4,13 +4,15 @@
 //      executable, and the training script is readable;
 //   2. the store port, when this node hosts the store, can be bound (store_port_free);
 //   3. the interpreter runs (launcher/interpreter_check.h: `<python> -S -c ''` exits 0 within a short
-//      deadline; a success is remembered, so the same interpreter is not started again).
-// 1 and 3 are problems for exit code 2 (kExitUsage, docs/cli.md). A busy port is not reported here: its
+//      deadline; a success is remembered, so the same interpreter is not started again);
+//   4. --log_dir can be created (it is, as the agent would) and written in.
+// 1, 3 and 4 are problems for exit code 2 (kExitUsage, docs/cli.md). A busy port is not reported here: its
 // error and exit code (3) are the store's own (rdzv::BindError, thrown by the rendezvous handler that binds
 // the port right after the preflight); the preflight only makes sure that nothing is spawned, not even the
 // interpreter check, when the port is busy.
 //
-// Not checked here: the log directory (the agent creates it before the rendezvous, exit 5).
+// The agent's own creation of the run directory inside --log_dir can still fail later (exit 5: a disk that
+// filled up meanwhile).
 #pragma once
 
 #include <map>

@@ -80,6 +80,32 @@ TEST_CASE("preflight: a missing script is named with the directory it was looked
                             Catch::Contains("-m for a module"));
 }
 
+TEST_CASE("preflight: --log_dir is created, and one that cannot be is named with what to do") {
+  TempDir dir;
+  dir.file("py", "#!/bin/sh\n", kExec);
+  dir.file("train.py", "", kRead);
+  const std::map<std::string, std::string> env{{"PATH", dir.path.string()}};
+  // Created as the agent would create it, relative to the working directory.
+  CHECK(preflight(parse({"--python", "py", "--log_dir", "logs/a/b", "train.py"}), env, dir.path).empty());
+  CHECK(fs::is_directory(dir.path / "logs/a/b"));
+  // Under a regular file: fails for root too (the suite runs as root, which permissions do not stop).
+  dir.file("plain", "", kRead);
+  auto errors = preflight(parse({"--python", "py", "--log_dir", "plain/logs", "train.py"}), env, dir.path);
+  REQUIRE(errors.size() == 1);
+  CHECK_THAT(errors[0],
+             Catch::StartsWith("ddprun: --log_dir 'plain/logs' (" + (dir.path / "plain/logs").string() +
+                               "): cannot create it or write in it: ") &&
+                 Catch::Contains("leave --log_dir out"));
+  if (::geteuid() != 0) {
+    fs::create_directory(dir.path / "ro");
+    fs::permissions(dir.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    auto denied = preflight(parse({"--python", "py", "--log_dir", (dir.path / "ro").string(), "train.py"}),
+                            env, dir.path);
+    REQUIRE(denied.size() == 1);
+    CHECK_THAT(denied[0], Catch::Contains("ermission denied"));
+  }
+}
+
 TEST_CASE("preflight: an interpreter that is not there, or not executable, is named with what to do") {
   TempDir dir;
   dir.file("train.py", "", kRead);
