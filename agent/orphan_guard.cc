@@ -52,6 +52,39 @@ void add_group(GuardState& s, pid_t pgid) {
 
 // The guard's whole life, reading messages on fd 0. Async-signal-safe calls only (it may run in a forked
 // child of a multi-threaded process).
+// In the guard's child, before it runs: only `socket_fd` stays open, as fd 0; 1 and 2 are /dev/null (an
+// inherited socket or pipe end must not be held open by the guard).
+void keep_only_socket(int socket_fd) {
+  ::dup2(socket_fd, 0);
+  const int null_fd = ::open("/dev/null", O_RDWR);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, 1);
+    ::dup2(null_fd, 2);
+  }
+  ::syscall(SYS_close_range, 3U, ~0U, 0U);
+}
+
+// Starts the guard as /proc/self/exe named `argv[0]`, with vfork: no copy of the agent's memory, the agent
+// waits only until the exec. Signals stay blocked in the child, whose handlers are the agent's until the exec
+// (the guard ignores them). Its own function so that no variable of the caller lives across vfork (GCC's
+// -Wclobbered). The child's pid, or -1 with errno.
+pid_t vfork_exec_guard(int socket_fd, char* const* argv) {
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+  const pid_t pid = ::vfork();
+  if (pid == 0) {
+    keep_only_socket(socket_fd);
+    char* envp[] = {nullptr};
+    ::execve("/proc/self/exe", argv, envp);
+    ::_exit(127);  // a vfork child must not return into the agent's stack
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  errno = fork_errno;
+  return pid;
+}
+
 [[noreturn]] void run_guard(GuardState& s) {
   ::setpgid(0, 0);  // a terminal's Ctrl-C or a kill of the agent's group must not take the guard along
   ::prctl(PR_SET_NAME, kGuardName);
@@ -187,34 +220,14 @@ void OrphanGuard::start_guard() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  char* envp[] = {nullptr};
-  const bool exec_self = g_exec_self;
-
-  // A guard that execs needs no copy of the agent's memory (vfork: the agent waits only until the exec;
-  // signals stay blocked in the child, whose handlers are the agent's until then, and the guard ignores them).
-  sigset_t all, saved;
-  sigfillset(&all);
-  if (exec_self) ::pthread_sigmask(SIG_BLOCK, &all, &saved);
-  const pid_t pid = exec_self ? ::vfork() : ::fork();
-  if (exec_self && pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  const pid_t pid = g_exec_self ? vfork_exec_guard(theirs.get(), argv.data()) : ::fork();
   if (pid < 0) {
     spdlog::error("orphan guard: fork: {}", strerror(errno));
     return;
   }
-  if (pid == 0) {
-    // Keep only the socket (as fd 0): an inherited socket or pipe end must not be held open by the guard.
-    ::dup2(theirs.get(), 0);
-    const int null_fd = ::open("/dev/null", O_RDWR);
-    if (null_fd >= 0) {
-      ::dup2(null_fd, 1);
-      ::dup2(null_fd, 2);
-    }
-    ::syscall(SYS_close_range, 3U, ~0U, 0U);
-    if (exec_self) {
-      ::execve("/proc/self/exe", argv.data(), envp);
-      ::_exit(127);  // a vfork child must not return into the agent's stack
-    }
-    run_guard(*state);  // no exec: this copy of the agent's program does it
+  if (pid == 0) {  // fork: this copy of the agent's program is the guard
+    keep_only_socket(theirs.get());
+    run_guard(*state);
   }
   guard_pid_ = pid;
   guard_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
