@@ -50,8 +50,6 @@ void add_group(GuardState& s, pid_t pgid) {
   if (s.count < kMaxGroups) s.groups[s.count++] = pgid;
 }
 
-// The guard's whole life, reading messages on fd 0. Async-signal-safe calls only (it may run in a forked
-// child of a multi-threaded process).
 // In the guard's child, before it runs: only `socket_fd` stays open, as fd 0; 1 and 2 are /dev/null (an
 // inherited socket or pipe end must not be held open by the guard).
 void keep_only_socket(int socket_fd) {
@@ -85,6 +83,8 @@ pid_t vfork_exec_guard(int socket_fd, char* const* argv) {
   return pid;
 }
 
+// The guard's whole life, reading messages on fd 0. Async-signal-safe calls only (it may run in a forked
+// child of a multi-threaded process).
 [[noreturn]] void run_guard(GuardState& s) {
   ::setpgid(0, 0);  // a terminal's Ctrl-C or a kill of the agent's group must not take the guard along
   ::prctl(PR_SET_NAME, kGuardName);
