@@ -34,11 +34,35 @@ die() {
 }
 
 mirror() {
-  # The mirror apt already uses on this machine (deb822 or one-line sources).
-  local m
-  m=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list \
-    2>/dev/null | grep -v security | head -n1 | awk '{print $2}') || true
-  echo "${m:-http://deb.debian.org/debian}"
+  # The Debian mirror this machine's apt already uses: the first URI of a deb822 stanza (sources.list.d/
+  # *.sources) or a one-line `deb` entry (sources.list, sources.list.d/*.list) whose suite is a Debian release
+  # (bookworm, trixie, ..., stable, sid; not -security). Nothing is guessed: no mirror, no root (the message
+  # says where we looked); $DDPRUN_DEBIAN_MIRROR names one explicitly.
+  if [[ -n ${DDPRUN_DEBIAN_MIRROR:-} ]]; then
+    echo "$DDPRUN_DEBIAN_MIRROR"
+    return
+  fi
+  local files=() f found
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [[ -f $f ]] && files+=("$f")
+  done
+  ((${#files[@]} > 0)) || die "no apt sources on this machine (/etc/apt/sources.list, /etc/apt/sources.list.d/): cannot tell which Debian mirror to build the torch 2.6 root from; name one with DDPRUN_DEBIAN_MIRROR=URL"
+  found=$(awk '
+    function release(suite) { return suite ~ /^(buster|bullseye|bookworm|trixie|forky|sid|stable|testing|unstable|oldstable)(-updates)?$/ }
+    FNR == 1 { uris = ""; suites = "" }
+    # deb822: a stanza is a run of non-blank lines
+    /^[ \t]*$/ { uris = ""; suites = ""; next }
+    /^URIs:/ { uris = $2 }
+    /^Suites:/ { for (i = 2; i <= NF; i++) if (release($i)) suites = $i }
+    /^URIs:|^Suites:/ { if (uris != "" && suites != "") { print uris; exit } }
+    # one-line: deb [options] URI suite components
+    /^deb[ \t]/ {
+      i = 2
+      if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+      if (release($(i + 1))) { print $i; exit }
+    }' "${files[@]}" 2>/dev/null) || true
+  [[ -n $found ]] || die "no Debian release mirror in this machine's apt sources (${files[*]}): cannot tell where to debootstrap the torch 2.6 root from; add one there, or name one with DDPRUN_DEBIAN_MIRROR=URL"
+  echo "$found"
 }
 
 install_shim() {
@@ -57,8 +81,10 @@ build() {
   local tmp=$root.tmp
   rm -rf "$tmp"
   mkdir -p "$(dirname "$root")"
-  echo "torch26-root: building $root (debootstrap $suite from $(mirror); a few minutes)" >&2
-  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$tmp" "$(mirror)" >"$tmp.log" 2>&1; then
+  local from
+  from=$(mirror)
+  echo "torch26-root: building $root (debootstrap $suite from $from, this machine's apt mirror; a few minutes)" >&2
+  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$tmp" "$from" >"$tmp.log" 2>&1; then
     tail -n 20 "$tmp.log" >&2
     die "debootstrap failed (log: $tmp.log)"
   fi
