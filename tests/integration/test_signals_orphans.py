@@ -115,8 +115,10 @@ class Orphans(IntegrationTestCase):
 
 # A worker that leaves two processes outside its process group, each running `sleep` with the test's token
 # in argv: a child that calls setsid(), and a daemon (fork, setsid, fork, the middle one exits). Writes
-# their pids to <dir>/escaped_<local_rank>, then its own to <dir>/pid_<local_rank>; then exits 0 ("exit") or
-# sleeps ("hang"). Usage: escaping_worker.py DIR TOKEN exit|hang
+# their pids to <dir>/escaped_<local_rank>, then its own to <dir>/pid_<local_rank>; then sleeps ("hang"), or
+# exits 0 ("exit") once <dir>/release exists: the test creates it after it has seen the escaped processes
+# alive (an earlier exit let the agent's end-of-run sweep kill them before the test looked: "vanished early").
+# Usage: escaping_worker.py DIR TOKEN exit|hang
 ESCAPING_WORKER = r"""
 import os, sys, time
 out, token, then = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -144,6 +146,8 @@ with open(os.path.join(out, "pid_" + rank), "w") as f:
 if then == "hang":
     while True:
         time.sleep(1000)
+while not os.path.exists(os.path.join(out, "release")):
+    time.sleep(0.005)
 """
 
 
@@ -185,6 +189,8 @@ class EscapedDescendants(IntegrationTestCase):
             st = proc_stat(pid)
             self.assertIsNotNone(st, f"escaped process {pid} vanished early")
             self.assertNotIn(st[2], workers, f"process {pid} should have left its worker's group: {st}")
+        with open(self.path("release"), "w"):
+            pass  # "exit" workers may end now
         return agent, escaped
 
     def marked(self):
