@@ -35,6 +35,13 @@ fi
 echo "== building ${targets[*]} in $build" >&2
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}"
 
+# The consumers compile through the build's ccache launcher when it has one (CMakeLists.txt): their paths are
+# the same relative to their build directories every run, so a rerun hits the cache.
+consumer_cmake=(-G Ninja)
+if [[ -x $build/ddprun-ccache ]]; then
+  consumer_cmake+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$build/ddprun-ccache")
+fi
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-package.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "== installing into $tmp/prefix" >&2
@@ -95,7 +102,7 @@ int main() {
 CXX
 
 echo "== configuring and building the consumer (find_package(ddprun), CMAKE_PREFIX_PATH=$tmp/prefix)" >&2
-cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" "${consumer_cmake[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/consumer/build" --parallel "$jobs"
 
 echo "== running the consumer" >&2
@@ -117,7 +124,7 @@ if [[ $with_torch == 1 ]]; then
   diff <(block cpp) "$minimal/main.cc" >&2 ||
     { echo "docs/worker-sdk.md's main.cc differs from $minimal/main.cc" >&2; exit 1; }
   echo "== building the documented minimal example ($minimal)" >&2
-  cmake -S "$minimal" -B "$tmp/minimal" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+  cmake -S "$minimal" -B "$tmp/minimal" "${consumer_cmake[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
   cmake --build "$tmp/minimal" --parallel "$jobs"
   "$tmp/minimal/train" | tee "$tmp/minimal.out" >&2
   grep -q 'epoch 2 done' "$tmp/minimal.out"

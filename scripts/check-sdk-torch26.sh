@@ -7,19 +7,32 @@
 # sdk.example_train (under ddprun) and sdk.example_train.torchrun (under torch 2.6's own torchrun).
 # CTest sdk.libtorch26 runs this script.
 #
-#   scripts/check-sdk-torch26.sh
+#   scripts/check-sdk-torch26.sh               build (only what changed), then test
+#   scripts/check-sdk-torch26.sh --build-only  build only (scripts/test.sh does this before its tests, so that
+#                                              the build does not starve timing-sensitive tests of CPU)
 #
-# Build directory: $DDPRUN_TORCH26_BUILD_DIR, default /var/cache/ddprun/build-torch26: outside the repository
-# (never its build/, which is the host's), reused, so a rerun rebuilds only what changed (a first build takes
-# about 20 minutes on 2 cores, at nice 10, only the targets the tests need). $DDPRUN_CHECK_JOBS: parallel
-# compile and test jobs (default: nproc). Needs root (the chroot; the first run also builds the root).
+# Build directory: $DDPRUN_TORCH26_BUILD_DIR, default build-torch26 in the repository (never its build/, which
+# is the host's): reused, so a rerun rebuilds only what changed, and compiled through the root's ccache with
+# the host's cache directory ($DDPRUN_CCACHE_DIR, scripts/test.sh: /var/cache/ddprun/ccache), so a fresh
+# clone's first build here is mostly cache hits. Only the targets the tests need are built, at nice 10.
+# $DDPRUN_CHECK_JOBS: parallel compile and test jobs (default: nproc). Needs root (the chroot; the first run
+# also builds the root).
 # Exit status: 0 when everything built and every selected test passed; 1 otherwise (the failing step's
 # output is shown).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-build=${DDPRUN_TORCH26_BUILD_DIR:-/var/cache/ddprun/build-torch26}
+build=${DDPRUN_TORCH26_BUILD_DIR:-$repo/build-torch26}
 jobs=${DDPRUN_CHECK_JOBS:-$(nproc)}
+build_only=0
+case ${1:-} in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *)
+    echo "check-sdk-torch26: unknown argument '$1' (--build-only)" >&2
+    exit 2
+    ;;
+esac
 
 die() {
   echo "check-sdk-torch26: $*" >&2
@@ -59,7 +72,7 @@ fi
 
 echo "check-sdk-torch26: configuring $build"
 in_root cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
-  -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
+  -DDDPRUN_CCACHE_DIR="${DDPRUN_CCACHE_DIR:-}" -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
   -DDDPRUN_TORCH_PYTHON=/usr/bin/python3 -DDDPRUN_TORCHRUN=/usr/bin/torchrun >"$build/configure.log" 2>&1 || {
   tail -n 40 "$build/configure.log" >&2
   die "configure failed (log: $build/configure.log)"
@@ -74,6 +87,9 @@ in_root cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/buil
   die "build failed (log: $build/build.log)"
 }
 echo "check-sdk-torch26: built in $((SECONDS - start)) s"
+if ((build_only)); then
+  exit 0
+fi
 
 # The selection must hold the tests this check is about: a renamed test or torchrun missing from the root
 # would otherwise pass unnoticed.

@@ -12,8 +12,8 @@
 #
 # `run` keeps the caller's PID, environment, network namespace and working directory: it enters a private
 # mount namespace (unshare --mount), bind-mounts the host's /proc, /sys, /dev, /run, /tmp, /var/tmp, /root,
-# /home, /work, /etc/hosts, the repository and the current directory onto the same paths in the root, and
-# execs CMD there. So a worker started as `torch26-python train.py` is the very process ddprun spawned.
+# /home, /work, /etc/hosts, the repository, the current directory and $DDPRUN_CCACHE_DIR (the compiler cache
+# the host's builds share, when set) onto the same paths in the root, and execs CMD there. So a worker started as `torch26-python train.py` is the very process ddprun spawned.
 #
 # Debian's torch 2.6 is built without libuv but defaults TCPStore(use_libuv=True): every TCPStore (torchrun's
 # included) fails with "use_libuv was requested but PyTorch was build without libuv support". The root gets
@@ -25,7 +25,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${DDPRUN_TORCH26_ROOT:-/var/cache/ddprun/torch26-root}
 suite=trixie
 packages=python3-torch,libtorch-dev,g++,cmake,ninja-build,pkg-config,libboost-dev,libboost-filesystem-dev
-packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,libfmt-dev,catch2
+packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,libfmt-dev,catch2,ccache
 stamp_text="$suite $packages shim-v1"
 
 die() {
@@ -111,6 +111,10 @@ run_inside() {
   (($# > 0)) || die "usage: torch26-root.sh run CMD [ARGS...]"
   # Inside a fresh mount namespace: bind the host paths, then chroot, cd and exec (PID unchanged).
   local binds=(/proc /sys /dev /run /tmp /var/tmp /root /home /work "$repo" "$PWD")
+  if [[ -n ${DDPRUN_CCACHE_DIR:-} ]]; then
+    mkdir -p "$DDPRUN_CCACHE_DIR"
+    binds+=("$DDPRUN_CCACHE_DIR")
+  fi
   exec unshare --mount --propagation private -- /bin/sh -c '
     root=$1; cwd=$2; shift 2
     while [ "$1" != "--" ]; do

@@ -26,7 +26,9 @@
 // Output: one line per rank, "sdk_gradient_check: rank r of n: ok ..." or "sdk_gradient_check: rank r of n:
 // MISMATCH <what> param <i> max rel error <e> (tolerance <t>)".
 // Exit codes: 0 every check passed, 1 a mismatch, 2 bad usage, 3 CollectiveError, 4 other error.
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 
 #include <algorithm>
 #include <chrono>

@@ -15,6 +15,7 @@ The test modules skip through ddprun_testlib.skip_unless_required(), which alrea
 under DDPRUN_REQUIRE_ALL_SUITES=1; the check here also catches any other skip. Standard library only.
 """
 import sys
+import time
 import unittest
 
 import ddprun_testlib
@@ -47,12 +48,39 @@ def exit_code(result):
     return 0
 
 
+class TimedResult(unittest.TextTestResult):
+    """Also records how long each test took (set-up and clean-up included), for the table at the end."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.durations = []
+
+    def startTest(self, test):
+        self._started = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.durations.append((time.monotonic() - self._started, test.id()))
+
+
+def print_durations(result, total):
+    """Each test's seconds, slowest first, and what the module spent outside its tests (class set-up)."""
+    print(f"\nrun_itest: {total:.1f} s in all; per test:", flush=True)
+    for seconds, name in sorted(result.durations, reverse=True):
+        print(f"  {seconds:7.2f} s  {name}", flush=True)
+    outside = total - sum(seconds for seconds, _ in result.durations)
+    print(f"  {outside:7.2f} s  (module and class set-up, tear-down)", flush=True)
+
+
 def main(names):
     if not names:
         print(__doc__, file=sys.stderr)
         return 2
+    started = time.monotonic()
     suite = unittest.defaultTestLoader.loadTestsFromNames(names)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+    print_durations(result, time.monotonic() - started)
     return exit_code(result)
 
 

@@ -6,7 +6,11 @@
 // The CUDA + NCCL case prints "SKIPPED: no CUDA device" where there is none.
 #include "ddprun/gradient_sync.h"
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 
 #include <condition_variable>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // torch::Tensor collectives: dtype mapping, refusals with clear messages, and results across thread ranks.
 #include "ddprun/tensor_ops.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <mutex>
 
