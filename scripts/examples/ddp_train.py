@@ -7,7 +7,9 @@ Run under a launcher, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... :
 Every rank draws its own shard of a fixed synthetic dataset, DDP averages the gradients, and at the end the
 ranks compare a checksum of their parameters (they must be identical). Options for tests: --out DIR writes
 <DIR>/rank<R>.json with the checksum; --fail-rank/--fail-step/--fail-attempt make one rank crash once;
---checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart; --stamp FILE
+--checkpoint FILE saves every --save-every steps from rank 0 and resumes from it after a restart; --stop-file FILE ends
+the training early, at the same step on every rank, once FILE exists (a test that has seen what it waited for
+need not wait for --steps); --stamp FILE
 appends timestamped lines (script start, first completed step of each attempt, crash) for
 scripts/bench-recovery.sh; --hang-rank/--hang-step/--hang-attempt make one rank stop in
 stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs.
@@ -82,6 +84,9 @@ def parse_args():
     p.add_argument("--pg-timeout", type=float, default=60,
                    help="init_process_group's timeout in seconds: how long a collective waits for a missing rank "
                    "(torch's default for gloo is 1800)")
+    p.add_argument("--stop-file", help="end the training early once this file exists: every --stop-every steps "
+                   "the ranks all-reduce whether they see it and stop together after that step")
+    p.add_argument("--stop-every", type=int, default=10)
     p.add_argument("--stamp", help="append '<event> <attempt> <rank> <unix ns>' lines to this file: 'start' "
                    "when the script starts (before torch is imported), 'first-step' when the rank completes "
                    "its first step of the attempt (optimizer step done), 'crash' just before a "
@@ -144,6 +149,10 @@ def main():
         if rank == 0 and (step + 1) % args.log_every == 0:
             rate = (step + 1 - start) * args.batch * world / (time.time() - t0)
             print(f"step {step + 1}/{args.steps} loss {loss.item():.5f} ({rate:.0f} samples/s)", flush=True)
+        if args.stop_file and (step + 1) % args.stop_every == 0 and stop_requested(args.stop_file):
+            if rank == 0:
+                print(f"stopping after step {step + 1}: {args.stop_file} exists", flush=True)
+            break
 
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     sums = [None] * world
@@ -160,6 +169,13 @@ def main():
     # No destroy_process_group(): gloo's can hang at exit (pytorch#75097; seen here with torch 2.6 in 2 of 4
     # runs). The last collective is done, and leave() ends the process at once.
     leave(0 if identical else 3)
+
+
+def stop_requested(path):
+    """True on every rank when any rank sees `path` (one all-reduce: the ranks stop at the same step)."""
+    flag = torch.tensor([1 if os.path.exists(path) else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def leave(code):

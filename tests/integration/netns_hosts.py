@@ -161,17 +161,23 @@ class HostsTestCase(unittest.TestCase):
         return os.path.join(self.tmp, *parts)
 
     def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=()):
-        """ddp_train.py under ddprun on `host`; the endpoint is host 1's address unless given."""
+        """ddp_train.py under ddprun on `host`; the endpoint is host 1's address unless given. `steps` bounds the
+        training; stop_training() ends it sooner, once the test has seen what it waits for."""
         args = ["--nnodes", nnodes, "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", endpoint or f"{address(1)}:{port}", "--rdzv_id", self.run_id,
                 "--rdzv_conf", RDZV_CONF,
                 "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
                 "--python", PYTHON, TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16",
                 "--log-every", "10", "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"),
-                "--out", self.path("out"), *extra]
+                "--out", self.path("out"), "--stop-file", self.path("stop"), *extra]
         agent = HostAgent(host, args, self.path(f"agent-h{host}.log"))
         self.agents.append(agent)
         return agent
+
+    def stop_training(self):
+        """Every rank of the running round stops after its next --stop-every steps (ddp_train.py --stop-file)."""
+        with open(self.path("stop"), "w"):
+            pass
 
     def describe_all(self):
         return "\n".join(a.describe() for a in self.agents)

@@ -38,6 +38,8 @@ class ElasticOnHosts(HostsTestCase):
         # The workers of a SIGKILLed agent must not survive it (they would hold the round's collectives).
         wait_until(lambda: not host_pids(3), 15, "host 3's workers to die with their agent",
                    lambda: f"left on host 3: {host_pids(3)}")
+        self.wait_for_training(agents[0], nodes=2)
+        self.stop_training()
         self.assert_exit_zero(agents[:2])
         final = set()
         for agent in agents[:2]:
@@ -62,6 +64,8 @@ class ElasticOnHosts(HostsTestCase):
         agents = [self.start_training(h, 29402, steps=600) for h in (1, 2, 3)]
         self.wait_for_training(agents[0], nodes=3)
         agents.append(self.start_training(4, 29402, steps=600))
+        self.wait_for_training(agents[0], nodes=4)
+        self.stop_training()
         self.assert_exit_zero(agents)
         final = set()
         for agent in agents:
@@ -106,14 +110,14 @@ class ElasticOnHosts(HostsTestCase):
         endpoint = f"{address(200)}:29403"  # inside the hosts' subnet, but no host has that address
         agent = HostAgent(2, ["--nnodes", "1:2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
                               "--rdzv_endpoint", endpoint, "--rdzv_id", self.run_id,
-                              "--rdzv_conf", "join_timeout=5", "--python", PYTHON, TRAIN],
+                              "--rdzv_conf", "join_timeout=2", "--python", PYTHON, TRAIN],
                           self.path("agent-unreachable.log"))
         self.agents.append(agent)
         rc = agent.wait(60)
         elapsed = time.monotonic() - agent.started
         self.assertEqual(rc, 4, agent.describe())
         self.assertIn(endpoint, agent.log(), agent.describe())
-        self.assertLess(elapsed, 5 + 10, f"join_timeout=5 but ddprun took {elapsed:.1f} s\n"
+        self.assertLess(elapsed, 2 + 10, f"join_timeout=2 but ddprun took {elapsed:.1f} s\n"
                                          f"{agent.describe()}")
 
 

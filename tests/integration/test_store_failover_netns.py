@@ -80,6 +80,8 @@ class StoreFailoverOnHosts(HostsTestCase):
                    self.describe_all)
         rounds_before = len(rounds_of(agents[1].log()))
         killed_at = self.kill_host(1)
+        self.wait_for_training(agents[1], nodes=2)
+        self.stop_training()
         self.assert_exit_zero(agents[1:])
         self.report_recovery("store host killed (3 hosts)", killed_at)
         final = {self.assert_last_round(a, 2, rounds_before) for a in agents[1:]}
@@ -110,6 +112,8 @@ class StoreFailoverOnHosts(HostsTestCase):
         # Host 1 comes back with the same command line: the job is no longer where it started, the list finds it.
         late = self.start_training(1, port, 900, nnodes="2:4", endpoint=endpoints,
                                    extra=("--stamp", self.path("stamps")))
+        self.wait_for_training(agents[2], nodes=3)
+        self.stop_training()
         self.assert_exit_zero([late, *agents[2:]])
         self.assertIn(f"the job runs at {address(3)}:{port}; joining it there", late.log(), late.describe())
         final = {self.assert_last_round(a, 3) for a in (late, *agents[2:])}
@@ -143,6 +147,7 @@ class StoreFailoverOnHosts(HostsTestCase):
                          agents[0].describe())
         wait_until(lambda: not host_pids(1), 15, "host 1 to have no process left",
                    lambda: f"left on host 1: {host_pids(1)}")
+        self.stop_training()
         self.assert_exit_zero(agents[1:])
         final = {self.assert_last_round(a, 2, 1) for a in agents[1:]}
         self.assertEqual(len(final), 1, self.describe_all())
