@@ -8,8 +8,9 @@ waits (at most 60 s) until every local rank has written its file. Then by its MO
     (none)          waits, at most 120 s, for the agent to stop it (SIGTERM: no error file)
     "raise"         raises ValueError("record_worker rank <R> failed on purpose") in explode(): @record writes
                     the error file ($TORCHELASTIC_ERROR_FILE) and the worker exits 1
-    "raise_linger"  ignores SIGTERM, raises as "raise", then lingers LINGER s in an atexit handler before it
-                    exits 1: its error file is older than its exit
+    "raise_linger"  raises as "raise", then lingers in an atexit handler until the agent's SIGTERM arrives (the
+                    agent has seen another rank fail first; at most LINGER s) and exits 1: its error file is
+                    older than its exit
     "raise_after:N" waits (at most 60 s) until local rank N's error file exists and the clock has passed the
                     next whole second after its timestamp (error files have whole seconds), then raises as
                     "raise" and exits at once: a later error file, but the first exit
@@ -25,7 +26,19 @@ import time
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-LINGER = 8  # seconds; long enough for the "raise_after" rank to fail and exit first on a busy machine
+LINGER = 60  # seconds at most: the agent's SIGTERM (after the "raise_after" rank's exit) ends the linger
+stopped = False  # "raise_linger": the agent's SIGTERM arrived
+
+
+def on_sigterm(signum, frame):
+    global stopped
+    stopped = True
+
+
+def linger():
+    deadline = time.monotonic() + LINGER
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def explode(rank):
@@ -64,8 +77,8 @@ def main():
     for lr in range(int(os.environ["LOCAL_WORLD_SIZE"])):
         wait_for(os.path.join(spec["out"], f"torch-{lr}.txt"))
     if mode == "raise_linger":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        atexit.register(time.sleep, LINGER)
+        signal.signal(signal.SIGTERM, on_sigterm)
+        atexit.register(linger)
     elif mode.startswith("raise_after:"):
         other = wait_for(error_file_of(int(mode.split(":")[1])), json.load)
         not_before = math.floor(float(other["message"]["extraInfo"]["timestamp"])) + 1.2

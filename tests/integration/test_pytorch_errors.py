@@ -167,8 +167,8 @@ class RecordErrorFiles(IntegrationTestCase):
         self.assertEqual(glob.glob(self.path("logs", "*", "attempt_0", "0", "error.json")), [])
 
     def test_root_cause_is_the_oldest_error_file(self):
-        # Rank 1 raises first but lingers 8 s before it exits (ignoring SIGTERM); rank 0 raises a second later
-        # and exits at once: the agent sees rank 0 fail first, yet the root cause is rank 1.
+        # Rank 1 raises first but lingers until the agent stops it; rank 0 raises a second later and exits at
+        # once: the agent sees rank 0 fail first, yet the root cause is rank 1.
         agent, rc = self.run_job({1: "raise_linger", 0: "raise_after:1"})
         self.assertEqual(rc, 1, agent.describe())
         out = agent.output()
@@ -266,7 +266,10 @@ class TorchrunParity(IntegrationTestCase):
         common = ["--standalone", "--nproc_per_node", "2", "--log_dir", log_dir] + flags
         env = {"PARITY_MODE": mode, "OMP_NUM_THREADS": "1"}
         if launcher == "torch":
-            return self.start(["-m", "torch.distributed.run"] + common + [self.worker], env=env, program=PYTHON)
+            # torchrun looks at its workers every --monitor_interval (5 s by default): every failing case
+            # waited that long for it.
+            return self.start(["-m", "torch.distributed.run", "--monitor_interval", "0.1"] + common + [self.worker],
+                              env=env, program=PYTHON)
         return self.start(common + ["--python", PYTHON, self.worker], env=env)
 
     def run_launcher(self, launcher, flags, mode, log_dir):
