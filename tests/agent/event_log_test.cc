@@ -11,21 +11,14 @@
 
 #include "agent/worker_group.h"
 #include "catch_compat.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddprun::agent;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-event-log-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using ddprun::testing::TempDir;
 
 StatusEvent agent_fields() {
   return StatusEvent{.run_id = "job-1",

@@ -14,26 +14,14 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddprun::agent;
 
 namespace {
 
-// A temporary directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-failure-summary-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return path / name;
-  }
-};
+using ddprun::testing::TempDir;
 
 void utc() {
   ::setenv("TZ", "UTC", 1);
