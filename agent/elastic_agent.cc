@@ -528,7 +528,7 @@ int ElasticAgent::Loop::run() {
                               .shutdown_grace = config_.shutdown_grace,
                               .exit_barrier_timeout = config_.exit_barrier_timeout,
                               .hang_timeout = config_.hang_timeout,
-                              .host = rdzv::local_hostname()};
+                              .host = local_hostname()};
 
   const int nproc = static_cast<int>(config_.workers.size());
   foreground_terminal_ = stdin_is_foreground_terminal();

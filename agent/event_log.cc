@@ -128,7 +128,7 @@ std::vector<StatusEvent> worker_status_events(const WorkerGroup& group, bool suc
 }
 
 std::string fq_hostname() {
-  const std::string host = rdzv::local_hostname();
+  const std::string host = local_hostname();
   addrinfo* found = nullptr;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -31,7 +31,7 @@ std::optional<std::set<int>> read_cpu_list(const fs::path& file) {
 std::optional<int> read_int(const fs::path& file) {
   auto text = read_text(file);
   if (!text) return std::nullopt;
-  auto v = rdzv::parse_int(*text);
+  auto v = parse_int(*text);
   return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
 }
 
@@ -42,7 +42,7 @@ std::optional<std::set<int>> read_llc(const fs::path& cpu_dir) {
   std::map<int, fs::path> indexes;  // by number: index10 after index9
   for (const auto& e : fs::directory_iterator(cpu_dir / "cache", ec)) {
     const std::string name = e.path().filename().string();
-    auto n = name.rfind("index", 0) == 0 ? rdzv::parse_int(name.substr(5)) : std::nullopt;
+    auto n = name.rfind("index", 0) == 0 ? parse_int(name.substr(5)) : std::nullopt;
     if (n && *n >= 0) indexes[static_cast<int>(*n)] = e.path();
   }
   int best_level = -1;
@@ -72,8 +72,8 @@ std::vector<int> read_gpu_nodes(const fs::path& sys_root, const std::optional<st
   if (!visible) return physical;
   std::vector<int> out;
   std::set<long long> seen;
-  for (const auto& item : rdzv::split(*visible, ',')) {
-    auto v = rdzv::parse_int(item);
+  for (const auto& item : split(*visible, ',')) {
+    auto v = parse_int(item);
     if (!v || *v < 0 || *v >= static_cast<long long>(physical.size()) || !seen.insert(*v).second) break;
     out.push_back(physical[static_cast<size_t>(*v)]);
   }
@@ -279,14 +279,14 @@ std::set<int> cpus_for_gpu(NumaAffinity mode, int gpu_index, const NumaMachine& 
 
 std::optional<std::set<int>> parse_cpu_list(std::string_view text) {
   std::set<int> out;
-  for (const auto& raw : rdzv::split(text, ',')) {
+  for (const auto& raw : split(text, ',')) {
     std::string item = raw;
     item.erase(0, item.find_first_not_of(" \n\t"));
     item.erase(item.find_last_not_of(" \n\t") + 1);
     if (item.empty()) continue;
     auto dash = item.find('-');
-    auto first = rdzv::parse_int(item.substr(0, dash));
-    auto last = dash == std::string::npos ? first : rdzv::parse_int(item.substr(dash + 1));
+    auto first = parse_int(item.substr(0, dash));
+    auto last = dash == std::string::npos ? first : parse_int(item.substr(dash + 1));
     if (!first || !last || *first < 0 || *last < *first || *last >= (1 << 20)) return std::nullopt;
     for (long long c = *first; c <= *last; ++c) out.insert(static_cast<int>(c));
   }

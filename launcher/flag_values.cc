@@ -52,7 +52,7 @@ std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
   if (s.size() > 18 || s.starts_with("+-")) return std::nullopt;
-  return rdzv::parse_int(s);
+  return parse_int(s);
 }
 
 std::optional<double> to_double(const std::string& raw) {
@@ -86,7 +86,7 @@ std::string one_of(const Given& g, const std::vector<std::string>& choices) {
 }
 
 std::pair<int, int> parse_nnodes(const Given& g) {
-  auto parts = rdzv::split(g.text, ':');
+  auto parts = split(g.text, ':');
   std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
   if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
     fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
@@ -120,7 +120,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   if (trim(g.text).empty()) return conf;
   std::string valid;
   for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
-  for (const auto& item : rdzv::split(g.text, ',')) {
+  for (const auto& item : split(g.text, ',')) {
     auto eq = item.find('=');
     std::string key = trim(item.substr(0, eq));
     if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
@@ -152,7 +152,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
   std::vector<rdzv::Endpoint> endpoints;
   if (trim(g.text).empty()) return endpoints;
-  const auto items = rdzv::split(g.text, ',');
+  const auto items = split(g.text, ',');
   if (items.size() > 1 && !c10d) {
     fail(g, "one host:port (a list of endpoints, tried in order, needs --rdzv_backend c10d)");
   }
@@ -191,7 +191,7 @@ uint16_t parse_master_port(const Given& g) {
 std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
   if (trim(g.text).empty()) return std::nullopt;
   std::set<int> ranks;
-  for (const auto& item : rdzv::split(g.text, ',')) {
+  for (const auto& item : split(g.text, ',')) {
     auto v = to_int(item);
     if (!v || *v < 0 || *v > 1'000'000) fail(g, "local ranks >= 0, comma-separated, like 0,2");
     ranks.insert(static_cast<int>(*v));
@@ -201,7 +201,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
 
 std::vector<int> parse_signals(const Given& g) {
   std::vector<int> out;
-  for (const auto& raw : rdzv::split(g.text, ',')) {
+  for (const auto& raw : split(g.text, ',')) {
     std::string name = trim(raw);
     std::string upper;
     for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

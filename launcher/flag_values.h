@@ -50,7 +50,7 @@ struct Given {
 // Without leading and trailing blanks (space, tab, newline).
 std::string trim(const std::string& s);
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
-// once trimmed. (Splitting: rdzv::split in rendezvous/text_util.h.)
+// once trimmed. (Splitting: split in rendezvous/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);

@@ -308,8 +308,9 @@ class Parser {
   void local_rank_arg(LaunchConfig& c) {
     if (!launch_mode_ || flag_value("--use_env")) return;
     if (c.no_python && !c.run_path) {
-      throw UsageError("ddprun-launch: --no_python needs --use_env (as in torch.distributed.launch): a program "
-                       "is not given --local-rank");
+      throw UsageError(
+          "ddprun-launch: --no_python needs --use_env (as in torch.distributed.launch): a program "
+          "is not given --local-rank");
     }
     const std::string style = one_of(get("--local_rank_style"), {"auto", "dash", "underscore"});
     c.local_rank_arg = style == "dash" ? "--local-rank" : style == "underscore" ? "--local_rank" : "auto";
@@ -454,7 +455,7 @@ class Parser {
       const std::string visible = env_.at("CUDA_VISIBLE_DEVICES");
       throw UsageError("ddprun: --virtual-local-rank gives local rank " + std::to_string(lr) +
                        " its entry of CUDA_VISIBLE_DEVICES='" + visible + "', which has only " +
-                       std::to_string(rdzv::split(visible, ',').size()) +
+                       std::to_string(split(visible, ',').size()) +
                        "; list one device per local rank (--nproc_per_node=" +
                        std::to_string(c.nproc_per_node) + ") or unset it");
     }
@@ -533,7 +534,7 @@ std::optional<StdSpec> parse_std_spec(const std::string& text) {
     spec.all = *v;
     return spec;
   }
-  for (const auto& item : rdzv::split(text, ',')) {
+  for (const auto& item : split(text, ',')) {
     auto colon = item.find(':');
     if (colon == std::string::npos || colon == 0) return std::nullopt;
     std::string rank = item.substr(0, colon);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous/c10d_round.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
@@ -81,7 +82,9 @@ void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
 // A participant that vanishes: it joins round r as the next arrival, writes its descriptor, and stops.
 int64_t ghost_join(StoreClient& c, int round, const std::string& identity) {
   int64_t index = c.add(rkey(round, "joined"), 1) - 1;
-  c.set(rkey(round, "node/" + std::to_string(index)), identity + "|-1|1|");  // no standby store
+  c.set(rkey(round, "node/" + std::to_string(index)),
+        encode(
+            NodeDescriptor{.identity = identity, .previous_rank = -1, .local_world_size = 1}));  // no standby
   return index;
 }
 
