@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/event_log.h"        // --event-log-handler
-#include "agent/numa_topology.h"    // --numa-binding
-#include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
-#include "launcher/flag_values.h"   // RdzvTimings
+#include "agent/numa_topology.h"       // --numa-binding
+#include "agent/watchdog/event_log.h"  // --event-log-handler
+#include "launcher/cuda_devices.h"     // count_cuda_devices, the default gpu_count
+#include "launcher/flag_values.h"      // RdzvTimings
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
 
@@ -66,7 +66,7 @@ struct SlurmLaunch {
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
 enum class RendezvousKind { kStatic, kC10d, kStandalone };
 
-// torchrun's --event-log-handler values: agent/event_log.h.
+// torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
 
 // torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
@@ -118,7 +118,7 @@ struct LaunchConfig {
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
-  bool prestart = false;              // --prestart (ddprun extension): agent/prestart.h
+  bool prestart = false;              // --prestart (ddprun extension): agent/process/prestart.h
   double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
   // sys.executable)

@@ -21,7 +21,7 @@
 
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
-#include "agent/orphan_guard.h"
+#include "agent/process/orphan_guard.h"
 #include "agent/worker_env.h"
 #include "launcher/agent_config.h"
 #include "launcher/dry_run.h"
@@ -164,7 +164,7 @@ int run_launcher(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The orphan guard (agent/orphan_guard.h) is this program run as "ddprun-guard".
+  // The orphan guard (agent/process/orphan_guard.h) is this program run as "ddprun-guard".
   if (auto guard_exit = ddprun::agent::guard_entry(argc, argv)) return *guard_exit;
   // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
   // agent's destructors have stopped and reaped every worker.

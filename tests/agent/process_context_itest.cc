@@ -1,5 +1,5 @@
 // Integration tests of ProcessContext: real worker processes (tests/bin/fake_worker).
-#include "agent/process_context.h"
+#include "agent/process/process_context.h"
 
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/prestart.h"
+#include "agent/process/prestart.h"
 #include "catch_compat.h"
 #include "temp_dir.h"
 
