@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "agent/log_layout.h"
-#include "agent/numa_topology.h"
 #include "agent/process/worker_launch.h"  // signal_name
 #include "agent/worker_launches.h"
+#include "launcher/numa_topology.h"
 #include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
@@ -142,8 +142,8 @@ std::string worker_block(const LaunchConfig& c, const Plan& plan, const agent::W
   out << "  stdout: " << stream_text(w.console_stdout, w.stdout_file, w.prefix, filtered_out) << "\n";
   out << "  stderr: " << stream_text(w.console_stderr, w.stderr_file, w.prefix, filtered_out) << "\n";
   if (!w.cpu_affinity.empty()) {
-    out << "  cpus:   " << agent::format_cpu_list({w.cpu_affinity.begin(), w.cpu_affinity.end()})
-        << " (--numa-binding " << agent::to_string(*c.numa_binding) << ")\n";
+    out << "  cpus:   " << format_cpu_list({w.cpu_affinity.begin(), w.cpu_affinity.end()})
+        << " (--numa-binding " << to_string(*c.numa_binding) << ")\n";
   }
   out << "  env:\n";
   for (const auto& [name, value] : w.env) {  // std::map: sorted by name

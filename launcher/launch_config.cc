@@ -37,7 +37,7 @@ class UsageFormatter : public CLI::Formatter {
 
 class Parser {
  public:
-  Parser(const Env& env, std::function<int()> gpu_count, std::function<agent::NumaMachine()> numa_machine,
+  Parser(const Env& env, std::function<int()> gpu_count, std::function<NumaMachine()> numa_machine,
          bool launch_mode)
       : env_(env),
         gpu_count_(std::move(gpu_count)),
@@ -473,22 +473,22 @@ class Parser {
   // --numa-binding: the CPUs of every local rank, chosen now so that a machine without what the mode needs
   // (a GPU per local rank, first of all) is a usage error before anything starts.
   void numa_binding(LaunchConfig& c, const Given& g) {
-    c.numa_binding = agent::parse_numa_affinity(trim(g.text));
+    c.numa_binding = parse_numa_affinity(trim(g.text));
     if (!c.numa_binding) fail(g, "node, socket, exclusive or core-complex");
-    agent::NumaMachine machine;
+    NumaMachine machine;
     if (numa_machine_) {
       machine = numa_machine_();
     } else {
       auto cvd = env_.find("CUDA_VISIBLE_DEVICES");
-      machine = agent::read_numa_machine(
+      machine = read_numa_machine(
           "/sys", cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second),
-          agent::current_cpu_set());
+          current_cpu_set());
     }
     for (int lr = 0; lr < c.nproc_per_node; ++lr) {
       try {
-        auto cpus = agent::cpus_for_gpu(*c.numa_binding, lr, machine);
+        auto cpus = cpus_for_gpu(*c.numa_binding, lr, machine);
         c.worker_cpus.emplace_back(cpus.begin(), cpus.end());
-      } catch (const agent::NumaBindingError& e) {
+      } catch (const NumaBindingError& e) {
         throw UsageError("ddprun: --numa-binding=" + g.text + ": " + e.what() +
                          " (NUMA binding is for GPU jobs; leave the flag out to run unbound)");
       }
@@ -510,7 +510,7 @@ class Parser {
   std::map<std::string, Opt> opts_;
   const Env& env_;
   std::function<int()> gpu_count_;
-  std::function<agent::NumaMachine()> numa_machine_;  // --numa-binding's machine; empty = read /sys
+  std::function<NumaMachine()> numa_machine_;  // --numa-binding's machine; empty = read /sys
   bool launch_mode_;  // ddprun-launch: torch.distributed.launch's flags and --local-rank=N
   std::vector<std::string> warnings_;
   std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
@@ -565,7 +565,7 @@ std::vector<std::string> comma_separated_list(const std::string& text) {
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
                                 const std::function<int()>& gpu_count, LaunchConfig& out,
-                                const std::function<agent::NumaMachine()>& numa_machine) {
+                                const std::function<NumaMachine()>& numa_machine) {
   try {
     LaunchConfig c;
     const bool launch_mode = !argv.empty() && std::filesystem::path(argv[0]).filename() == "ddprun-launch";

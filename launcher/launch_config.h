@@ -6,7 +6,7 @@
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
 // Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
-// reads /proc and /dev), /sys and the CPU set for --numa-binding (agent/numa_topology.h) and
+// reads /proc and /dev), /sys and the CPU set for --numa-binding (launcher/numa_topology.h) and
 // std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state). Each
 // single value is judged by launcher/flag_values.h.
 //
@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/numa_topology.h"       // --numa-binding
 #include "agent/watchdog/event_log.h"  // --event-log-handler
 #include "launcher/cuda_devices.h"     // count_cuda_devices, the default gpu_count
 #include "launcher/flag_values.h"      // RdzvTimings
+#include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
 
@@ -135,8 +135,8 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
-  // chosen at parse time near GPU <local rank> (agent/numa_topology.h); both empty without the flag.
-  std::optional<agent::NumaAffinity> numa_binding;
+  // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.
+  std::optional<NumaAffinity> numa_binding;
   std::vector<std::vector<int>> worker_cpus;
 
   // argv of worker `local_rank`: python -u [-m] script [local_rank_arg=N] args (with ${local_rank}
@@ -161,11 +161,11 @@ struct ParseResult {
 // for
 // --nproc_per_node gpu|auto (an empty function means count_cuda_devices); numa_machine: the machine as
 // --numa-binding sees it, called only for that flag (an empty function reads /sys, env's CUDA_VISIBLE_DEVICES
-// and this process's CPU set: agent::read_numa_machine).
+// and this process's CPU set: read_numa_machine).
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
                                 const std::function<int()>& gpu_count, LaunchConfig& out,
-                                const std::function<agent::NumaMachine()>& numa_machine = {});
+                                const std::function<NumaMachine()>& numa_machine = {});
 
 // Torchrun's ${local_rank} macro (Python string.Template.safe_substitute): "${local_rank}" and "$local_rank"
 // become the rank, "$$" becomes "$", anything else is kept.

@@ -624,7 +624,8 @@ TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --
     Args argv{"/usr/bin/ddprun-launch"};
     argv.insert(argv.end(), args.begin(), args.end());
     Outcome o;
-    o.result = parse_launch_config(argv, {}, [] { return 0; }, o.config);
+    o.result = parse_launch_config(
+        argv, {}, [] { return 0; }, o.config);
     return o;
   };
   auto dash = launch({"--local-rank-style", "dash", "--python", "py", "t.py", "a"});
@@ -723,8 +724,8 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
 namespace {
 
 // Two GPUs on NUMA node 1 (CPUs 4-7, no hyperthreads, one L3), node 0 has CPUs 0-3.
-ddprun::agent::NumaMachine two_gpus_on_node_1() {
-  ddprun::agent::NumaMachine m;
+ddprun::launcher::NumaMachine two_gpus_on_node_1() {
+  ddprun::launcher::NumaMachine m;
   m.nodes = {0, 1};
   m.node_cpus = {{0, {0, 1, 2, 3}}, {1, {4, 5, 6, 7}}};
   for (int c = 0; c < 8; ++c) {
@@ -737,7 +738,7 @@ ddprun::agent::NumaMachine two_gpus_on_node_1() {
   return m;
 }
 
-Outcome parse_numa(const Args& args, const ddprun::agent::NumaMachine& machine) {
+Outcome parse_numa(const Args& args, const ddprun::launcher::NumaMachine& machine) {
   Args argv{"ddprun"};
   argv.insert(argv.end(), args.begin(), args.end());
   Outcome o;
@@ -751,7 +752,7 @@ TEST_CASE("numa binding (--numa-binding) chooses each local rank's CPUs at parse
   const auto m = two_gpus_on_node_1();
   auto node = parse_numa({"--numa-binding", "node", "--nproc_per_node", "2", "train.py"}, m);
   REQUIRE(node.result.exit_code == 0);
-  CHECK(node.config.numa_binding == ddprun::agent::NumaAffinity::kNode);
+  CHECK(node.config.numa_binding == ddprun::launcher::NumaAffinity::kNode);
   CHECK(node.config.worker_cpus == std::vector<std::vector<int>>{{4, 5, 6, 7}, {4, 5, 6, 7}});
   auto exclusive = parse_numa({"--numa_binding=exclusive", "--nproc_per_node", "2", "train.py"}, m);
   CHECK(exclusive.config.worker_cpus == std::vector<std::vector<int>>{{4, 5}, {6, 7}});

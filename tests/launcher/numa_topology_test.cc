@@ -1,6 +1,6 @@
-// Unit tests of agent/numa_topology: torch's four --numa-binding modes computed from fixture sysfs trees
+// Unit tests of launcher/numa_topology: torch's four --numa-binding modes computed from fixture sysfs trees
 // (temporary directories holding the files the kernel would show), never from this machine's /sys.
-#include "agent/numa_topology.h"
+#include "launcher/numa_topology.h"
 
 #include <stdlib.h>
 
@@ -10,7 +10,7 @@
 
 #include "catch_compat.h"
 
-using namespace ddprun::agent;
+using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "agent/numa_topology.h"
+#include "launcher/numa_topology.h"
 
 #include <sched.h>
 
@@ -8,7 +8,7 @@
 
 #include "rendezvous/text_util.h"
 
-namespace ddprun::agent {
+namespace ddprun::launcher {
 namespace {
 
 namespace fs = std::filesystem;
@@ -305,4 +305,4 @@ std::string format_cpu_list(const std::set<int>& cpus) {
   return out;
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::launcher

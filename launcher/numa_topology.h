@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddprun::agent {
+namespace ddprun::launcher {
 
 // torch's AffinityMode, spelled as on its command line.
 enum class NumaAffinity { kNode, kSocket, kExclusive, kCoreComplex };
@@ -73,4 +73,4 @@ std::optional<std::set<int>> parse_cpu_list(std::string_view text);
 // The reverse, compact: {0,1,2,4,6,7} -> "0-2,4,6-7".
 std::string format_cpu_list(const std::set<int>& cpus);
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::launcher
