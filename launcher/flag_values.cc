@@ -245,4 +245,47 @@ RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf) {
   return t;
 }
 
+Std StdSpec::for_rank(int local_rank) const {
+  auto it = per_rank.find(local_rank);
+  return it != per_rank.end() ? it->second : all;
+}
+
+std::optional<StdSpec> parse_std_spec(const std::string& text) {
+  auto digit = [](const std::string& s) -> std::optional<Std> {
+    if (s.size() != 1 || s[0] < '0' || s[0] > '3') return std::nullopt;
+    return static_cast<Std>(s[0] - '0');
+  };
+  StdSpec spec;
+  if (auto v = digit(text)) {
+    spec.all = *v;
+    return spec;
+  }
+  for (const auto& item : split(text, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos || colon == 0) return std::nullopt;
+    std::string rank = item.substr(0, colon);
+    if (rank.size() > 7 || rank.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    auto v = digit(item.substr(colon + 1));
+    if (!v) return std::nullopt;
+    spec.per_rank[std::stoi(rank)] = *v;
+  }
+  return spec;
+}
+
+std::vector<std::string> comma_separated_list(const std::string& text) {
+  // torch: replace ",," by a placeholder, split on ",", put the commas back.
+  std::vector<std::string> out{""};
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      out.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      out.back() += ',';
+      ++i;
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
+}
+
 }  // namespace ddprun::launcher

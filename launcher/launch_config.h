@@ -32,21 +32,6 @@
 
 namespace ddprun::launcher {
 
-// Where a worker's stdout/stderr go besides the console: torchrun's --redirects/--tee values (bit 1 = stdout,
-// bit 2 = stderr).
-enum class Std : uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
-
-// A --redirects/--tee spec: "3" (every local rank) or "0:1,1:2" (per local rank; ranks not listed get kNone).
-struct StdSpec {
-  Std all = Std::kNone;
-  std::map<int, Std> per_rank;
-  Std for_rank(int local_rank) const;
-  bool operator==(const StdSpec&) const = default;
-};
-
-// Parses "N" (0..3) or "LR:N,LR:N,..." (LR >= 0, multi-digit allowed: a superset of torchrun's one digit).
-std::optional<StdSpec> parse_std_spec(const std::string& text);
-
 // Slurm mode (--slurm, or auto-detected: SLURM_JOB_ID and SLURM_PROCID set, --no_slurm absent and none of
 // --nnodes, --node_rank, --master_addr, --master_port, --rdzv_endpoint, --standalone given, on the command
 // line or as PET_ variables). The derived settings (launcher/slurm_env.h) are the defaults of the flags they
@@ -68,10 +53,6 @@ enum class RendezvousKind { kStatic, kC10d, kStandalone };
 
 // torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
-
-// torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
-// {""} (an empty filter, which every line contains).
-std::vector<std::string> comma_separated_list(const std::string& text);
 
 struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
@@ -104,10 +85,7 @@ struct LaunchConfig {
   std::string log_dir;  // "" = none
   StdSpec redirects, tee;
   std::optional<std::set<int>> local_ranks_filter;  // "0,2" ; nullopt = all
-  int node_rank = 0;                      // kStatic only (c10d and standalone ignore it, as torchrun does)
-  std::string master_addr = "127.0.0.1";  // host only; brackets of "[::1]" removed
-  uint16_t master_port = 29500;
-  bool master_port_given = false;  // --master_port or PET_MASTER_PORT was given
+  int node_rank = 0;  // kStatic only (c10d and standalone ignore it, as torchrun does)
   // --local_addr: the address other nodes reach this node at (c10d: its standby store, MASTER_ADDR once it
   // hosts the store); "" = the address this host reaches the store from.
   std::string local_addr;

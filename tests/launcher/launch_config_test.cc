@@ -104,10 +104,9 @@ std::vector<ValueFlag> value_flags() {
       {{"-t", "--tee"}, "PET_TEE", {}, "0:1,1:2", [](C c) { return describe(c.tee); }, "0:1,1:2"},
       {{"--local_ranks_filter", "--local-ranks-filter"}, "PET_LOCAL_RANKS_FILTER", {}, "2,0", filter, "0 2"},
       {{"--node_rank", "--node-rank"}, "PET_NODE_RANK", {"--nnodes", "2"}, "1", [=](C c) { return num(c.node_rank); }, "1"},
-      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "10.1.2.3", [](C c) { return c.master_addr; }, "10.1.2.3"},
-      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "[::1]", [](C c) { return c.master_addr; }, "::1"},
-      {{"--master_port", "--master-port"}, "PET_MASTER_PORT", {}, "1234",
-       [=](C c) { return num(c.master_port) + num(c.master_port_given); }, "12341"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "10.1.2.3", [](C c) { return c.rdzv_endpoint.host; }, "10.1.2.3"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "[::1]", [](C c) { return c.rdzv_endpoint.host; }, "::1"},
+      {{"--master_port", "--master-port"}, "PET_MASTER_PORT", {}, "1234", [=](C c) { return num(c.rdzv_endpoint.port); }, "1234"},
       {{"--local_addr", "--local-addr"}, "PET_LOCAL_ADDR", {}, "node7", [](C c) { return c.local_addr; }, "node7"},
       {{"--signals_to_handle", "--signals-to-handle"}, "PET_SIGNALS_TO_HANDLE", {}, "SIGUSR1,15", signals,
        num(SIGUSR1) + " 15"},
@@ -150,9 +149,6 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.tee == StdSpec{});
   CHECK_FALSE(c.local_ranks_filter.has_value());
   CHECK(c.node_rank == 0);
-  CHECK(c.master_addr == "127.0.0.1");
-  CHECK(c.master_port == 29500);
-  CHECK_FALSE(c.master_port_given);
   CHECK(c.local_addr.empty());
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
   CHECK(c.shutdown_timeout == 30);
@@ -233,12 +229,12 @@ TEST_CASE("command-line flags win over PET_ variables and empty PET_ variables a
                  {{"PET_NPROC_PER_NODE", "4"}, {"PET_MASTER_PORT", "x"}, {"PET_NNODES", ""}});
   REQUIRE(o.result.exit_code == 0);
   CHECK(o.config.nproc_per_node == 2);
-  CHECK(o.config.master_port == 1);
+  CHECK(o.config.rdzv_endpoint.port == 1);
   CHECK(o.config.min_nodes == 1);
   // Unrelated variables are not read.
   auto p = parse({"train.py"}, {{"NNODES", "4"}, {"MASTER_PORT", "1"}, {"nproc_per_node", "3"}});
   CHECK(p.config.min_nodes == 1);
-  CHECK(p.config.master_port == 29500);
+  CHECK(p.config.rdzv_endpoint.port == 29500);
   CHECK(p.config.nproc_per_node == 1);
   // A repeated flag: the last one wins, as with argparse.
   CHECK(parse({"--nproc_per_node", "2", "--nproc-per-node", "3", "train.py"}).config.nproc_per_node == 3);
