@@ -8,8 +8,9 @@
 // test_pytorch_errors.py compares the trees with torchrun's own.
 //
 // ddprun adds, only when hang detection or torch's FileTimer is on: <run_dir>/python_hooks/sitecustomize.py
-// (agent/stack_dump.h), <run_dir>/timer_fifo (agent/file_timer.h), each worker's stderr.log (its stack dumps
-// are read from it) and heartbeat file attempt_<n>/<local_rank>/progress (DDPRUN_PROGRESS_FILE).
+// (agent/watchdog/stack_dump.h), <run_dir>/timer_fifo (agent/watchdog/file_timer.h), each worker's stderr.log
+// (its stack dumps are read from it) and heartbeat file attempt_<n>/<local_rank>/progress
+// (DDPRUN_PROGRESS_FILE).
 //
 // The run directory is created once per agent, like torch's tempfile.mkdtemp(prefix=f"{run_id}_",
 // dir=log_dir): a fresh name, created exclusively (mode 0700). Each attempt's directory is emptied and

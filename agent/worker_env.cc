@@ -35,7 +35,7 @@ Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round
 std::optional<std::string> virtual_device(const Env& base, int local_rank) {
   auto it = base.find("CUDA_VISIBLE_DEVICES");
   if (it == base.end()) return std::to_string(local_rank);
-  const auto devices = rdzv::split(it->second, ',');
+  const auto devices = split(it->second, ',');
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= devices.size()) return std::nullopt;
   std::string device = devices[static_cast<size_t>(local_rank)];
   device.erase(0, device.find_first_not_of(" \t\n\r\f\v"));

@@ -3,8 +3,7 @@
 #include <csignal>
 #include <utility>
 
-#include "agent/terminal.h"
-#include "agent/worker_launches.h"
+#include "agent/process/terminal.h"
 
 namespace ddprun::agent {
 
@@ -28,7 +27,9 @@ class Plan {
   void signal_process(pid_t pid, int sig) {
     actions_.push_back(Action{.kind = Action::Kind::kSignalProcess, .signal = sig, .pid = pid});
   }
-  void publish(RoundStop stop) { actions_.push_back(Action{.kind = Action::Kind::kPublishStop, .stop = std::move(stop)}); }
+  void publish(RoundStop stop) {
+    actions_.push_back(Action{.kind = Action::Kind::kPublishStop, .stop = std::move(stop)});
+  }
   // Stops the workers once: a group already stopping is left to its stop.
   void stop_workers(int sig, std::chrono::milliseconds grace) {
     g_.in_exit_barrier = false;
@@ -56,11 +57,6 @@ int node_of(const WorkerGroup& g) {
   return g.round.group_rank;
 }
 
-int signal_exit_code(const SupervisionPolicy& p, int sig) {
-  auto it = p.signal_exit_codes.find(sig);
-  return it == p.signal_exit_codes.end() ? 128 + sig : it->second;
-}
-
 std::string seconds_text(std::chrono::milliseconds d) {
   std::string s = std::to_string(static_cast<double>(d.count()) / 1000.0);
   s.erase(s.find_last_not_of('0') + 1);
@@ -77,7 +73,8 @@ void shut_down(WorkerGroup& g, int sig, Plan& plan) {
                          "node " + std::to_string(node) + " got " + signal_name(sig), 128 + sig});
 }
 
-void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+void on_worker_exited(WorkerGroup& g, const JobState& job, const GroupEvent& e, const SupervisionPolicy& p,
+                      Plan& plan) {
   Worker& w = g.workers.at(static_cast<size_t>(e.local_rank));
   w.status = e.status;
   if (g.state == GroupState::kStopping) {
@@ -112,9 +109,12 @@ void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPoli
     return shut_down(g, e.status.signal, plan);
   }
   w.state = WorkerState::kFailed;
-  WorkerFailure f = e.failure.value_or(WorkerFailure{
-      .host = p.host, .rank = w.rank, .local_rank = w.local_rank, .exit_code = e.status.exit_code,
-      .signal = e.status.signal, .pid = w.pid});
+  WorkerFailure f = e.failure.value_or(WorkerFailure{.host = job.host,
+                                                     .rank = w.rank,
+                                                     .local_rank = w.local_rank,
+                                                     .exit_code = e.status.exit_code,
+                                                     .signal = e.status.signal,
+                                                     .pid = w.pid});
   if (auto note = g.notes.find(w.local_rank); note != g.notes.end()) {
     f.message = f.message.empty() ? note->second : note->second + "; " + f.message;
     f.stacks = g.stack_summary;
@@ -127,7 +127,7 @@ void on_worker_exited(WorkerGroup& g, const GroupEvent& e, const SupervisionPoli
   plan.add(Action::Kind::kProbeLiveness);
 }
 
-void on_liveness_probed(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+void on_liveness_probed(WorkerGroup& g, const JobState& job, const GroupEvent& e, Plan& plan) {
   if (g.stop || g.failures.empty()) return;  // a peer's stop came first: nothing to publish
   if (!e.dead_nodes.empty()) {
     // The failure is the echo of a lost node (its peers see the loss as collective errors): re-form
@@ -142,7 +142,8 @@ void on_liveness_probed(WorkerGroup& g, const GroupEvent& e, const SupervisionPo
   ExitStatus status{.exit_code = first.exit_code, .signal = first.signal};
   const std::string what = g.hung ? first.message : status.describe();
   plan.publish(RoundStop{RoundStop::Kind::kFailed, node_of(g),
-                         "rank " + std::to_string(first.rank) + " on " + p.host + ": " + what, status.shell_code()});
+                         "rank " + std::to_string(first.rank) + " on " + job.host + ": " + what,
+                         status.shell_code()});
 }
 
 void on_round_stopped(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
@@ -184,7 +185,7 @@ void on_signal(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, 
     return;
   }
   if (g.signal != 0 || g.state == GroupState::kStopping) {
-    const std::string after = g.signal == 0                ? " while the workers were being stopped"
+    const std::string after = g.signal == 0          ? " while the workers were being stopped"
                               : g.signal == e.signal ? " again"
                                                      : " after " + signal_name(g.signal);
     plan.warn("received " + signal_name(e.signal) + after + ": killing the workers now");
@@ -203,7 +204,8 @@ void on_publish_result(WorkerGroup& g, const GroupEvent& e, Plan& plan, const Ro
     return;
   }
   if (g.spawn_failed) return;  // exiting with kExitSpawnFailed anyway
-  plan.error("cannot publish the end of round " + std::to_string(g.round.round) + " to the store: " + e.error);
+  plan.error("cannot publish the end of round " + std::to_string(g.round.round) +
+             " to the store: " + e.error);
   if (!g.stop) g.stop = attempted;
   g.store_lost = true;
 }
@@ -219,8 +221,8 @@ void on_hung(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
 void on_deadline_missed(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
   const std::string sig = e.signal > 0 ? signal_name(e.signal) : "no signal";
   if (e.local_rank < 0) {
-    plan.warn("pid " + std::to_string(e.pid) + " (not a worker) missed its deadline (scope " + e.scope + "): " +
-              (e.signal > 0 ? "sending it " + sig : "it asked for no signal, nothing done"));
+    plan.warn("pid " + std::to_string(e.pid) + " (not a worker) missed its deadline (scope " + e.scope +
+              "): " + (e.signal > 0 ? "sending it " + sig : "it asked for no signal, nothing done"));
     if (e.signal > 0) plan.signal_process(e.pid, e.signal);
     return;
   }
@@ -238,7 +240,8 @@ void on_deadline_missed(WorkerGroup& g, const GroupEvent& e, Plan& plan) {
   plan.signal_process(e.pid, e.signal);
 }
 
-void on_stacks_captured(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, Plan& plan) {
+void on_stacks_captured(WorkerGroup& g, const JobState& job, const GroupEvent& e, const SupervisionPolicy& p,
+                        Plan& plan) {
   std::string summary = summarize_stacks(e.stacks);
   if (!summary.empty()) plan.error("where the ranks are: " + summary);
   g.stack_summary.clear();
@@ -255,28 +258,29 @@ void on_stacks_captured(WorkerGroup& g, const GroupEvent& e, const SupervisionPo
       if (w.rank == groups.front().second.front()) odd = &w;
     }
   }
-  g.failures.push_back(WorkerFailure{.time = e.time,
-                                     .host = p.host,
-                                     .rank = odd->rank,
-                                     .local_rank = odd->local_rank,
-                                     .exit_code = kExitHung,
-                                     .pid = odd->pid,
-                                     .message = "no progress from any rank for " + seconds_text(p.hang_timeout) +
-                                                " s (--hang_timeout)",
-                                     .stacks = g.stack_summary});
+  g.failures.push_back(WorkerFailure{
+      .time = e.time,
+      .host = job.host,
+      .rank = odd->rank,
+      .local_rank = odd->local_rank,
+      .exit_code = kExitHung,
+      .pid = odd->pid,
+      .message = "no progress from any rank for " + seconds_text(p.hang_timeout) + " s (--hang_timeout)",
+      .stacks = g.stack_summary});
   plan.stop_workers(SIGTERM);
   plan.add(Action::Kind::kProbeLiveness);
 }
 
-void on_group_stopped(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
-  if (g.signal != 0) return plan.finish(Outcome::kExit, signal_exit_code(p, g.signal), false);
+void on_group_stopped(WorkerGroup& g, JobState& job, const SupervisionPolicy& p, Plan& plan) {
+  if (g.signal != 0) return plan.finish(Outcome::kExit, p.exit_code_of_signal(g.signal), false);
   if (!g.failures.empty()) plan.add(Action::Kind::kPrintSummary);
   if (g.spawn_failed) return plan.finish(Outcome::kExit, kExitSpawnFailed, false);
   if (g.store_lost) return plan.finish(Outcome::kExit, kExitStoreFailed);
   if (!g.stop && !g.failures.empty()) {  // a failure whose publication never reported back: still a failure
     g.stop = RoundStop{RoundStop::Kind::kFailed, node_of(g), "local failure", 1};
   }
-  if (!g.stop || g.stop->kind == RoundStop::Kind::kDone) return plan.finish(Outcome::kSucceeded, kExitSuccess);
+  if (!g.stop || g.stop->kind == RoundStop::Kind::kDone)
+    return plan.finish(Outcome::kSucceeded, kExitSuccess);
   const RoundStop& s = *g.stop;
   if (s.kind == RoundStop::Kind::kMembership) {
     plan.info("membership changed (" + s.detail + "): joining the next round");
@@ -284,7 +288,7 @@ void on_group_stopped(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
   }
   if (s.kind == RoundStop::Kind::kShutdown) {
     const int sig = shutdown_signal(s);
-    return plan.finish(Outcome::kExit, sig ? signal_exit_code(p, sig) : s.exit_code, false);
+    return plan.finish(Outcome::kExit, sig ? p.exit_code_of_signal(sig) : s.exit_code, false);
   }
   // kFailed: the first failure seen here stopped the group, and the other nodes got its code too.
   int code = s.exit_code;
@@ -294,39 +298,28 @@ void on_group_stopped(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
   }
   if (code == 0) code = 1;
   if (s.node_rank == node_of(g)) plan.add(Action::Kind::kNoteLocalFailure);
-  plan.finish(p.restarts_done < p.max_restarts ? Outcome::kRestart : Outcome::kExit, code);
+  if (job.restarts_done >= p.max_restarts) return plan.finish(Outcome::kExit, code);
+  ++job.restarts_done;
+  plan.warn("restarting the worker group (" + std::to_string(job.restarts_done) + " of " +
+            std::to_string(p.max_restarts) + " restarts)");
+  plan.finish(Outcome::kRestart, code);
 }
 
 }  // namespace
 
 int shutdown_signal(const RoundStop& stop) {
-  bool by_signal = stop.kind == RoundStop::Kind::kShutdown && stop.exit_code > 128 &&
-                   stop.exit_code <= 128 + SIGRTMAX;
+  bool by_signal =
+      stop.kind == RoundStop::Kind::kShutdown && stop.exit_code > 128 && stop.exit_code <= 128 + SIGRTMAX;
   return by_signal ? stop.exit_code - 128 : 0;
 }
 
-WorkerGroup make_worker_group(const AgentConfig& config, const rdzv::RendezvousInfo& round,
-                              const std::vector<WorkerLogPaths>& paths, const std::string& run_id) {
-  WorkerGroup g;
-  g.round = round;
-  std::vector<int> ranks;
-  for (size_t lr = 0; lr < config.workers.size(); ++lr) ranks.push_back(round.base_rank + static_cast<int>(lr));
-  auto launches = worker_launches(config, round, paths, ranks, run_id);
-  for (size_t lr = 0; lr < launches.size(); ++lr) {
-    g.workers.push_back(Worker{.local_rank = static_cast<int>(lr),
-                               .rank = ranks[lr],
-                               .launch = std::move(launches[lr]),
-                               .paths = paths[lr]});
-  }
-  return g;
-}
-
-std::vector<Action> supervise(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p) {
+std::vector<Action> supervise(WorkerGroup& g, JobState& job, const GroupEvent& e,
+                              const SupervisionPolicy& p) {
   Plan plan(g, p);
   if (g.state == GroupState::kStopped) return {};  // finished: late results change nothing
   switch (e.kind) {
     case Kind::kWorkerExited:
-      on_worker_exited(g, e, p, plan);
+      on_worker_exited(g, job, e, p, plan);
       break;
     case Kind::kSpawnFailed: {
       plan.error("cannot start a worker: " + e.error);
@@ -345,17 +338,17 @@ std::vector<Action> supervise(WorkerGroup& g, const GroupEvent& e, const Supervi
       on_signal(g, e, p, plan);
       break;
     case Kind::kGroupStopped:
-      on_group_stopped(g, p, plan);
+      on_group_stopped(g, job, p, plan);
       break;
     case Kind::kBarrierTimeout:
       if (!g.in_exit_barrier) break;
-      plan.warn("exit barrier: the other nodes did not finish within " + seconds_text(p.exit_barrier_timeout) +
-                " s; exiting with success");
+      plan.warn("exit barrier: the other nodes did not finish within " +
+                seconds_text(p.exit_barrier_timeout) + " s; exiting with success");
       g.stop = RoundStop{RoundStop::Kind::kDone, node_of(g), "exit barrier timed out", 0};
       plan.stop_workers(SIGTERM);
       break;
     case Kind::kLivenessProbed:
-      on_liveness_probed(g, e, p, plan);
+      on_liveness_probed(g, job, e, plan);
       break;
     case Kind::kStopPublished:
     case Kind::kPublishFailed:
@@ -368,7 +361,7 @@ std::vector<Action> supervise(WorkerGroup& g, const GroupEvent& e, const Supervi
       on_deadline_missed(g, e, plan);
       break;
     case Kind::kStacksCaptured:
-      on_stacks_captured(g, e, p, plan);
+      on_stacks_captured(g, job, e, p, plan);
       break;
     case Kind::kNodeDoneFailed:
       plan.warn("exit barrier: " + e.error);

@@ -1,7 +1,7 @@
 // WorkerGroup and supervise(): this node's workers in one round, and the agent's decisions about them as a
 // pure transition function — (group, event) -> actions — in the manner of torch elastic's WorkerGroup /
 // WorkerState and _RendezvousJoinOp. supervise() does no I/O: it reads the event, updates the group and
-// returns what to do; the agent loop (agent/elastic_agent.cc) performs the actions and feeds their results
+// returns what to do; the agent loop (agent/loop/agent_loop.h) performs the actions and feeds their results
 // back as events. So every decision is unit-tested event by event (tests/agent/worker_group_test.cc).
 //
 // Group states:
@@ -12,13 +12,14 @@
 //       |--a FileTimer deadline missed------> capture stacks, send the timer's signal to that worker
 //       |--a peer stopped the round---------> kStopping: stop local workers (with the peer's signal, if any)
 //       |--a signal------------------------> kStopping: forward it, publish kShutdown
-//       |--the terminal holder (local rank 0, agent/terminal.h) ended by SIGINT/SIGQUIT (Ctrl-C, Ctrl-\)
+//       |--the terminal holder (local rank 0, process/terminal.h) ended by SIGINT/SIGQUIT (Ctrl-C, Ctrl-\)
 //       |                                   -> as that signal to the agent: the user's interrupt, no restart
 //       |--store lost----------------------> kStopping (exit 3)
 //       '--every local worker succeeded----> kSucceeded: node_done, wait in the exit barrier
 //   kSucceeded --round stopped / barrier timeout / store lost--> kStopping (nothing runs: stopped at once)
 //   kStopping --every worker reaped (kGroupStopped)--> kStopped, with one kFinish action:
-//       kSucceeded (exit 0) | kRestart (a failure, counted) | kRejoin (membership change, not counted) | kExit
+//       kSucceeded (exit 0) | kRestart (a failure, counted in JobState) | kRejoin (membership change, not
+//       counted) | kExit
 //
 // A second signal while stopping kills the workers at once; the same signal arriving from a peer that was
 // first to get it (Slurm signals every node) is not a second one. Exit codes: agent/exit_codes.h.
@@ -34,11 +35,12 @@
 #include <string>
 #include <vector>
 
-#include "agent/elastic_agent.h"
-#include "agent/failure_summary.h"
+#include "agent/agent_config.h"
+#include "agent/exit_codes.h"
 #include "agent/log_layout.h"
-#include "agent/process_context.h"
-#include "agent/stack_dump.h"
+#include "agent/process/worker_launch.h"
+#include "agent/watchdog/failure_summary.h"
+#include "agent/watchdog/stack_dump.h"
 #include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::agent {
@@ -81,21 +83,16 @@ struct WorkerGroup {
   int signal = 0;                       // the signal that ends the job here (0: none)
   bool store_lost = false;
   bool spawn_failed = false;
-  bool in_exit_barrier = false;  // waiting for the other nodes; the loop arms exit_barrier_timeout
-  bool hung = false;             // --hang_timeout fired; the stacks are being captured
+  bool in_exit_barrier = false;      // waiting for the other nodes; the loop arms exit_barrier_timeout
+  bool hung = false;                 // --hang_timeout fired; the stacks are being captured
   std::map<int, std::string> notes;  // local rank -> why it is about to fail ("missed its deadline ...")
   std::string stack_summary;         // where the ranks were at the last capture, one group per line
 };
 
-// Fixed for a round: the job's restart policy and what messages name.
-struct SupervisionPolicy {
-  int max_restarts = 0;
-  int restarts_done = 0;
-  std::map<int, int> signal_exit_codes;  // signal -> exit code (absent: 128+N)
-  std::chrono::milliseconds shutdown_grace{30000};
-  std::chrono::milliseconds exit_barrier_timeout{300000};
-  std::chrono::milliseconds hang_timeout{0};
-  std::string host;  // this node's host name, for failure messages
+// The job across its rounds, as supervise() sees it. The loop sets it up; only supervise() changes it.
+struct JobState {
+  std::string host;       // this node's host name, for failure messages
+  int restarts_done = 0;  // failures restarted so far, counted against SupervisionPolicy::max_restarts
 };
 
 struct GroupEvent {
@@ -111,7 +108,7 @@ struct GroupEvent {
     kStopPublished,   // result of kPublishStop: stop = the stop that won (maybe a peer's)
     kPublishFailed,   // result of kPublishStop: error, stop = the stop that could not be published
     kNodeDoneFailed,  // result of kMarkNodeDone: error
-    kHung,            // no local rank made progress for hang_timeout (agent/progress_monitor.h)
+    kHung,            // no local rank made progress for hang_timeout (agent/watchdog/progress_monitor.h)
     kDeadlineMissed,  // a FileTimer expired: pid, local_rank (-1: not a worker), scope, signal
     kStacksCaptured,  // result of kCaptureStacks: stacks (global rank -> main thread's stack)
   };
@@ -156,12 +153,10 @@ struct Action {
   pid_t pid = 0;
 };
 
-// The group of one round, every worker kHealthy and not yet spawned: worker_launches() for each local rank.
-WorkerGroup make_worker_group(const AgentConfig& config, const rdzv::RendezvousInfo& round,
-                              const std::vector<WorkerLogPaths>& paths, const std::string& run_id);
-
-// The transition function. Updates `group` and returns the actions to perform, in order.
-std::vector<Action> supervise(WorkerGroup& group, const GroupEvent& event, const SupervisionPolicy& policy);
+// The transition function. Updates `group` (and `job`: a failure it restarts is counted there) and returns
+// the actions to perform, in order. `policy` is the job's (AgentConfig::supervision).
+std::vector<Action> supervise(WorkerGroup& group, JobState& job, const GroupEvent& event,
+                              const SupervisionPolicy& policy);
 
 // The signal that made a node stop the round (kShutdown with exit code 128+N), or 0.
 int shutdown_signal(const rdzv::RoundStop& stop);

@@ -7,16 +7,15 @@
 #include <utility>
 
 #include "agent/worker_env.h"
-#include "agent/worker_group.h"
 
 namespace ddprun::agent {
 
 namespace {
 
-// What hang detection and torch's FileTimer give a worker (agent/elastic_agent.h).
+// What hang detection and torch's FileTimer give a worker (agent/agent_config.h).
 void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
   if (file_timer_enabled(config)) env["TORCHELASTIC_TIMER_FILE"] = timer_file(config, p.run_dir).string();
-  if (config.hang_timeout.count() > 0) {
+  if (config.supervision.hang_timeout.count() > 0) {
     env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
     // torch's NCCL flight recorder (GPU jobs): record, dump on its own timeout into the rank's log directory,
     // and open the pipe through which the agent asks for a dump when it finds the group hung. A user's own
@@ -36,35 +35,16 @@ void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& e
 
 }  // namespace
 
-bool file_timer_enabled(const AgentConfig& config) {
-  auto it = config.base_env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
-  return it != config.base_env.end() && it->second == "1";
-}
-
-std::filesystem::path timer_file(const AgentConfig& config, const std::filesystem::path& run_dir) {
-  auto it = config.base_env.find("TORCHELASTIC_TIMER_FILE");
-  return it != config.base_env.end() && !it->second.empty() ? std::filesystem::path(it->second)
-                                                            : LogLayout::timer_file(run_dir);
-}
-
-bool stack_capture_enabled(const AgentConfig& config) {
-  return config.hang_timeout.count() > 0 || file_timer_enabled(config);
-}
-
-int stack_dump_signal() {
-  return SIGRTMIN + 3;
-}
-
 std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv::RendezvousInfo& info,
                                           const std::vector<WorkerLogPaths>& paths,
-                                          const std::vector<int>& ranks, const std::string& run_id) {
+                                          const std::string& run_id) {
   const int nproc = static_cast<int>(config.workers.size());
   std::vector<WorkerLaunch> out;
   for (int lr = 0; lr < nproc; ++lr) {
     const auto& p = paths[static_cast<size_t>(lr)];
     const WorkerOutput& o = config.workers[static_cast<size_t>(lr)].output;
     WorkerIdentity who{.local_rank = lr,
-                       .rank = ranks[static_cast<size_t>(lr)],
+                       .rank = info.rank_of(lr),
                        .local_world_size = nproc,
                        .world_size = 0,
                        .group_rank = info.group_rank,
@@ -76,7 +56,7 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
                  // Every round is a new attempt for the workers (fresh "/worker/attempt_<n>" keys), also
                  // after a membership change that does not count against max_restarts.
                  .restart_count = info.round,
-                 .max_restarts = config.max_restarts,
+                 .max_restarts = config.supervision.max_restarts,
                  .run_id = run_id,
                  .use_agent_store = true,
                  .error_file = p.error_file.string()};
@@ -102,23 +82,42 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     // drops), with its console prefix.
     const std::string torch_prefix = "[" + config.role + std::to_string(lr) + "]:";
     if (o.stdout_to_file && o.stdout_to_console && !config.duplicate_stdout_filters.empty())
-      w.stdout_duplicate = {.filters = config.duplicate_stdout_filters, .file = nullptr, .prefix = torch_prefix};
+      w.stdout_duplicate = {
+          .filters = config.duplicate_stdout_filters, .file = nullptr, .prefix = torch_prefix};
     if (o.stderr_to_file && o.stderr_to_console && !config.duplicate_stderr_filters.empty())
-      w.stderr_duplicate = {.filters = config.duplicate_stderr_filters, .file = nullptr, .prefix = torch_prefix};
+      w.stderr_duplicate = {
+          .filters = config.duplicate_stderr_filters, .file = nullptr, .prefix = torch_prefix};
     out.push_back(std::move(w));
   }
   return out;
 }
 
-void open_filtered_logs(const AgentConfig& config, const std::filesystem::path& attempt_dir, WorkerGroup& group) {
+WorkerGroup make_worker_group(const AgentConfig& config, const rdzv::RendezvousInfo& round,
+                              const std::vector<WorkerLogPaths>& paths, const std::string& run_id) {
+  WorkerGroup g;
+  g.round = round;
+  auto launches = worker_launches(config, round, paths, run_id);
+  for (size_t lr = 0; lr < launches.size(); ++lr) {
+    g.workers.push_back(Worker{.local_rank = static_cast<int>(lr),
+                               .rank = round.rank_of(static_cast<int>(lr)),
+                               .launch = std::move(launches[lr]),
+                               .paths = paths[lr]});
+  }
+  return g;
+}
+
+void open_filtered_logs(const AgentConfig& config, const std::filesystem::path& attempt_dir,
+                        WorkerGroup& group) {
   auto open = [&](const std::vector<std::string>& filters, const char* name,
                   DuplicateFilter WorkerLaunch::*member) {
     if (filters.empty()) return;
     const std::filesystem::path file = attempt_dir / name;
     // O_APPEND: the workers' pumps share it, each batch of lines one write().
-    auto fd = std::make_shared<UniqueFd>(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    auto fd = std::make_shared<UniqueFd>(
+        ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
     if (fd->get() < 0) {
-      throw std::filesystem::filesystem_error("cannot create", file, std::error_code(errno, std::generic_category()));
+      throw std::filesystem::filesystem_error("cannot create", file,
+                                              std::error_code(errno, std::generic_category()));
     }
     for (Worker& w : group.workers) {
       if (!(w.launch.*member).filters.empty()) (w.launch.*member).file = fd;

@@ -45,16 +45,17 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.base_env = context.env;
   a.set_omp_threads = c.nproc_per_node > 1 && !a.base_env.count("OMP_NUM_THREADS");
   a.virtual_local_rank = c.virtual_local_rank;
-  a.max_restarts = c.max_restarts;
-  a.shutdown_grace = millis(c.shutdown_timeout);
-  a.exit_barrier_timeout = millis(c.exit_barrier_timeout);
-  a.hang_timeout = millis(c.hang_timeout);
+  a.supervision.max_restarts = c.max_restarts;
+  a.supervision.shutdown_grace = millis(c.shutdown_timeout);
+  a.supervision.exit_barrier_timeout = millis(c.exit_barrier_timeout);
+  a.supervision.hang_timeout = millis(c.hang_timeout);
+  if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
+      a.supervision.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;
+  }
   a.prestart = c.prestart;
   a.prestart_delay = millis(c.prestart_delay);
   a.signals_to_handle = c.signals_to_handle;
-  if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) a.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;
-  }
   a.log_dir = c.log_dir;
   const bool log_files_asked = c.redirects != StdSpec{} || c.tee != StdSpec{};
   if (a.log_dir.empty() && log_files_asked) a.log_dir = context.temp_dir;
@@ -68,8 +69,9 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   const std::string program = c.run_path ? "run_script_path" : c.worker_argv(0).front();
   a.entry_point = std::filesystem::path(program).filename().string();
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {
-    a.workers.push_back(
-        {.argv = c.worker_argv(lr), .interpreter_args = c.interpreter_args(), .output = worker_output(c, lr)});
+    a.workers.push_back({.argv = c.worker_argv(lr),
+                         .interpreter_args = c.interpreter_args(),
+                         .output = worker_output(c, lr)});
     if (!c.worker_cpus.empty()) a.workers.back().cpu_affinity = c.worker_cpus[static_cast<size_t>(lr)];
   }
   return a;

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "agent/elastic_agent.h"
+#include "agent/agent_config.h"
 #include "launcher/launch_config.h"
 
 namespace ddprun::launcher {
@@ -33,8 +33,9 @@ std::string node_tag(const LaunchConfig& c, const std::string& host_and_pid);
 // --tee, or --local_ranks_filter leaves the rank out; console lines prefixed when --tee is given,
 // --local_ranks_filter is given or there is more than one node. log_dir: --log_dir; without it
 // context.temp_dir when -r/-t ask for log files, else "" (the agent then keeps its files in a temporary
-// directory). --virtual-local-rank and each local rank's --numa-binding CPUs are passed on. OMP_NUM_THREADS=1 for more than one local worker unless context.env sets it. Under Slurm,
-// SIGTERM/SIGUSR1/SIGUSR2 end the job with agent::kExitSlurmInterrupted.
+// directory). --virtual-local-rank and each local rank's --numa-binding CPUs are passed on. OMP_NUM_THREADS=1
+// for more than one local worker unless context.env sets it. Under Slurm, SIGTERM/SIGUSR1/SIGUSR2 end the job
+// with agent::kExitSlurmInterrupted.
 agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& context);
 
 }  // namespace ddprun::launcher

@@ -14,7 +14,7 @@ int visible_cuda_devices(int physical, const std::optional<std::string>& cuda_vi
   if (!cuda_visible_devices) return physical;
   std::set<std::string> seen;
   int count = 0;
-  for (const auto& raw : rdzv::split(*cuda_visible_devices, ',')) {
+  for (const auto& raw : split(*cuda_visible_devices, ',')) {
     std::string item = trim(raw);
     if (item.empty() || !seen.insert(item).second) break;
     if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) {

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "agent/log_layout.h"
-#include "agent/numa_topology.h"
-#include "agent/process_context.h"  // signal_name
+#include "agent/process/worker_launch.h"  // signal_name
 #include "agent/worker_launches.h"
+#include "launcher/numa_topology.h"
 #include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
@@ -26,8 +26,12 @@ rdzv::RendezvousInfo first_round(const LaunchConfig& c) {
   info.round = 0;
   info.group_rank = fixed ? c.node_rank : 0;
   info.group_world_size = fixed ? c.max_nodes : c.min_nodes;
-  info.base_rank = info.group_rank * c.nproc_per_node;  // exact on node 0 (and with one node)
-  info.world_size = info.group_world_size * c.nproc_per_node;
+  // Ranks as the rendezvous lays them out if every node runs this node's --nproc_per_node: exact on node 0
+  // and with one node (Plan::pending says where else only the run decides).
+  const rdzv::RankLayout layout =
+      rdzv::rank_layout(std::vector<int>(info.group_world_size, c.nproc_per_node));
+  info.base_rank = layout.base_ranks[static_cast<size_t>(info.group_rank)];
+  info.world_size = layout.world_size;
   info.store_host = c.rdzv_endpoint.host;
   info.store_port = c.rdzv_endpoint.port;
   return info;
@@ -103,11 +107,10 @@ std::string nodes_line(const LaunchConfig& c, const Plan& plan) {
   const int node_rank = c.rdzv_kind == RendezvousKind::kStatic ? c.node_rank : 0;
   std::string line = "  nodes:      node_rank " + std::to_string(node_rank) + " of " +
                      std::to_string(c.max_nodes) + " (--nnodes " + nnodes + "), world size ";
-  if (!plan.pending.count("WORLD_SIZE")) {
-    return line + std::to_string(c.max_nodes * c.nproc_per_node) + "\n";
-  }
-  return line + "decided at the rendezvous (" + std::to_string(c.max_nodes * c.nproc_per_node) +
-         " if every node runs " + std::to_string(c.nproc_per_node) + " workers)\n";
+  const std::string world = std::to_string(plan.round.world_size);
+  if (!plan.pending.count("WORLD_SIZE")) return line + world + "\n";
+  return line + "decided at the rendezvous (" + world + " if every node runs " +
+         std::to_string(c.nproc_per_node) + " workers)\n";
 }
 
 std::string logs_line(const Plan& plan) {
@@ -139,8 +142,8 @@ std::string worker_block(const LaunchConfig& c, const Plan& plan, const agent::W
   out << "  stdout: " << stream_text(w.console_stdout, w.stdout_file, w.prefix, filtered_out) << "\n";
   out << "  stderr: " << stream_text(w.console_stderr, w.stderr_file, w.prefix, filtered_out) << "\n";
   if (!w.cpu_affinity.empty()) {
-    out << "  cpus:   " << agent::format_cpu_list({w.cpu_affinity.begin(), w.cpu_affinity.end()})
-        << " (--numa-binding " << agent::to_string(*c.numa_binding) << ")\n";
+    out << "  cpus:   " << format_cpu_list({w.cpu_affinity.begin(), w.cpu_affinity.end()})
+        << " (--numa-binding " << to_string(*c.numa_binding) << ")\n";
   }
   out << "  env:\n";
   for (const auto& [name, value] : w.env) {  // std::map: sorted by name
@@ -211,7 +214,7 @@ std::string format_slurm_launch(const SlurmLaunch& s) {
 std::filesystem::path placeholder_run_dir(const agent::AgentConfig& a, const std::string& run_id,
                                           const std::filesystem::path& temp_dir) {
   // agent::LogLayout::create names it <log_dir>/<run_id>_<8 random characters>; without a log_dir the agent
-  // makes mkdtemp("<temp dir>/ddprun-<run_id>-XXXXXX") (ElasticAgent, agent/elastic_agent.cc).
+  // makes mkdtemp("<temp dir>/ddprun-<run_id>-XXXXXX") (agent/loop/run_directory.h).
   if (!a.log_dir.empty()) return agent::LogLayout::absolute_log_dir(a.log_dir) / (run_id + "_XXXXXXXX");
   return temp_dir / ("ddprun-" + run_id + "-XXXXXX");
 }
@@ -222,15 +225,12 @@ Plan make_plan(const LaunchConfig& c, const agent::AgentConfig& a, const std::fi
   plan.store = store_text(c, plan.pending);
   plan.run_dir = placeholder_run_dir(a, c.rdzv_id, temp_dir);
   plan.run_dir_temporary = a.log_dir.empty();
-  const rdzv::RendezvousInfo round = first_round(c);
+  plan.round = first_round(c);
   const agent::LogLayout layout(plan.run_dir);
   std::vector<agent::WorkerLogPaths> paths;
-  std::vector<int> ranks;
-  for (int lr = 0; lr < static_cast<int>(a.workers.size()); ++lr) {
-    paths.push_back(layout.worker(round.round, lr));
-    ranks.push_back(round.base_rank + lr);
-  }
-  plan.workers = agent::worker_launches(a, round, paths, ranks, c.rdzv_id);
+  for (int lr = 0; lr < static_cast<int>(a.workers.size()); ++lr)
+    paths.push_back(layout.worker(plan.round.round, lr));
+  plan.workers = agent::worker_launches(a, plan.round, paths, c.rdzv_id);
   return plan;
 }
 

@@ -23,9 +23,10 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/process_context.h"  // WorkerLaunch
+#include "agent/process/worker_launch.h"
 #include "launcher/agent_config.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::launcher {
 
@@ -39,7 +40,8 @@ struct Plan {
   std::filesystem::path run_dir;  // the log run directory, with its random part as XXXX...
   bool run_dir_temporary = false;  // the agent removes it when the job succeeds (no log directory given)
   std::map<std::string, std::string> pending;  // variable -> placeholder printed instead of its value
-  std::vector<agent::WorkerLaunch> workers;    // index = local rank; from agent::worker_launches
+  rdzv::RendezvousInfo round;  // the first round as this node would see it, where known (else see pending)
+  std::vector<agent::WorkerLaunch> workers;  // index = local rank; from agent::worker_launches
 };
 
 // The run directory the agent will create, its random part written as X's: <a.log_dir>/<run_id>_XXXXXXXX,

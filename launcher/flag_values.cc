@@ -52,7 +52,7 @@ std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
   if (s.size() > 18 || s.starts_with("+-")) return std::nullopt;
-  return rdzv::parse_int(s);
+  return parse_int(s);
 }
 
 std::optional<double> to_double(const std::string& raw) {
@@ -86,7 +86,7 @@ std::string one_of(const Given& g, const std::vector<std::string>& choices) {
 }
 
 std::pair<int, int> parse_nnodes(const Given& g) {
-  auto parts = rdzv::split(g.text, ':');
+  auto parts = split(g.text, ':');
   std::optional<long long> lo = to_int(parts[0]), hi = parts.size() == 2 ? to_int(parts[1]) : lo;
   if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 1'000'000) {
     fail(g, "N or MIN:MAX with 1 <= MIN <= MAX");
@@ -120,7 +120,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   if (trim(g.text).empty()) return conf;
   std::string valid;
   for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
-  for (const auto& item : rdzv::split(g.text, ',')) {
+  for (const auto& item : split(g.text, ',')) {
     auto eq = item.find('=');
     std::string key = trim(item.substr(0, eq));
     if (key.empty() || eq == std::string::npos || trim(item.substr(eq + 1)).empty()) {
@@ -152,7 +152,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
   std::vector<rdzv::Endpoint> endpoints;
   if (trim(g.text).empty()) return endpoints;
-  const auto items = rdzv::split(g.text, ',');
+  const auto items = split(g.text, ',');
   if (items.size() > 1 && !c10d) {
     fail(g, "one host:port (a list of endpoints, tried in order, needs --rdzv_backend c10d)");
   }
@@ -191,7 +191,7 @@ uint16_t parse_master_port(const Given& g) {
 std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
   if (trim(g.text).empty()) return std::nullopt;
   std::set<int> ranks;
-  for (const auto& item : rdzv::split(g.text, ',')) {
+  for (const auto& item : split(g.text, ',')) {
     auto v = to_int(item);
     if (!v || *v < 0 || *v > 1'000'000) fail(g, "local ranks >= 0, comma-separated, like 0,2");
     ranks.insert(static_cast<int>(*v));
@@ -201,7 +201,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const Given& g) {
 
 std::vector<int> parse_signals(const Given& g) {
   std::vector<int> out;
-  for (const auto& raw : rdzv::split(g.text, ',')) {
+  for (const auto& raw : split(g.text, ',')) {
     std::string name = trim(raw);
     std::string upper;
     for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -243,6 +243,49 @@ RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf) {
         std::max(1, static_cast<int>(std::ceil(get("heartbeat_timeout", 15) / t.keep_alive_interval)));
   }
   return t;
+}
+
+Std StdSpec::for_rank(int local_rank) const {
+  auto it = per_rank.find(local_rank);
+  return it != per_rank.end() ? it->second : all;
+}
+
+std::optional<StdSpec> parse_std_spec(const std::string& text) {
+  auto digit = [](const std::string& s) -> std::optional<Std> {
+    if (s.size() != 1 || s[0] < '0' || s[0] > '3') return std::nullopt;
+    return static_cast<Std>(s[0] - '0');
+  };
+  StdSpec spec;
+  if (auto v = digit(text)) {
+    spec.all = *v;
+    return spec;
+  }
+  for (const auto& item : split(text, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos || colon == 0) return std::nullopt;
+    std::string rank = item.substr(0, colon);
+    if (rank.size() > 7 || rank.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    auto v = digit(item.substr(colon + 1));
+    if (!v) return std::nullopt;
+    spec.per_rank[std::stoi(rank)] = *v;
+  }
+  return spec;
+}
+
+std::vector<std::string> comma_separated_list(const std::string& text) {
+  // torch: replace ",," by a placeholder, split on ",", put the commas back.
+  std::vector<std::string> out{""};
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      out.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      out.back() += ',';
+      ++i;
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
 }
 
 }  // namespace ddprun::launcher

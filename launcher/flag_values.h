@@ -4,7 +4,8 @@
 // combines them; the functions here only judge one value.
 //
 // Every parser takes a Given (the text as the user wrote it and where it came from) and returns the value,
-// or throws UsageError whose what() is the whole user-facing message:
+// or throws UsageError whose what() is the whole user-facing message (the few that take plain text, at the
+// end, return nullopt instead):
 //   "ddprun: invalid --flag value 'text' (from PET_FLAG): expected <what is expected>"
 // ("(from ...)" only when the value came from the environment). Nothing else is thrown.
 //
@@ -50,7 +51,7 @@ struct Given {
 // Without leading and trailing blanks (space, tab, newline).
 std::string trim(const std::string& s);
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
-// once trimmed. (Splitting: rdzv::split in rendezvous/text_util.h.)
+// once trimmed. (Splitting: split in rendezvous/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);
@@ -114,5 +115,26 @@ std::optional<std::set<int>> parse_local_ranks_filter(const Given& g);
 // --signals_to_handle: names (SIGTERM, TERM, sigterm) or numbers 1..SIGRTMAX, comma-separated. Returns the
 // signal numbers in the order given, without duplicates. SIGKILL, SIGSTOP and SIGCHLD are refused.
 std::vector<int> parse_signals(const Given& g);
+
+// ---- values read from plain text (never throw: the caller words the error) ----
+
+// Where a worker's stdout/stderr go besides the console: torchrun's --redirects/--tee values (bit 1 = stdout,
+// bit 2 = stderr).
+enum class Std : uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+// A --redirects/--tee spec: "3" (every local rank) or "0:1,1:2" (per local rank; ranks not listed get kNone).
+struct StdSpec {
+  Std all = Std::kNone;
+  std::map<int, Std> per_rank;
+  Std for_rank(int local_rank) const;
+  bool operator==(const StdSpec&) const = default;
+};
+
+// Parses "N" (0..3) or "LR:N,LR:N,..." (LR >= 0, multi-digit allowed: a superset of torchrun's one digit).
+std::optional<StdSpec> parse_std_spec(const std::string& text);
+
+// torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
+// {""} (an empty filter, which every line contains).
+std::vector<std::string> comma_separated_list(const std::string& text);
 
 }  // namespace ddprun::launcher

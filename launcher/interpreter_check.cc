@@ -19,7 +19,7 @@
 #include <sstream>
 #include <vector>
 
-#include "agent/process_context.h"
+#include "agent/process/worker_launch.h"
 
 namespace ddprun::launcher {
 

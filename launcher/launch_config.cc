@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "agent/worker_env.h"  // virtual_device
+#include "launcher/flag_table.h"
 #include "launcher/flag_values.h"
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
@@ -37,7 +38,7 @@ class UsageFormatter : public CLI::Formatter {
 
 class Parser {
  public:
-  Parser(const Env& env, std::function<int()> gpu_count, std::function<agent::NumaMachine()> numa_machine,
+  Parser(const Env& env, std::function<int()> gpu_count, std::function<NumaMachine()> numa_machine,
          bool launch_mode)
       : env_(env),
         gpu_count_(std::move(gpu_count)),
@@ -50,75 +51,9 @@ class Parser {
         "read from PET_<NAME> (PET_NPROC_PER_NODE) when absent. Arguments after the script are its own.");
     app_.prefix_command();
     app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    value("--nnodes", "NNODES", "Number of nodes, N or MIN:MAX", "1:1");
-    value("--nproc_per_node,--nproc-per-node", "NPROC_PER_NODE", "Workers per node: int, cpu, gpu or auto",
-          "1");
-    value("--rdzv_backend,--rdzv-backend", "RDZV_BACKEND", "Rendezvous backend: static or c10d", "static");
-    value("--rdzv_endpoint,--rdzv-endpoint", "RDZV_ENDPOINT", "Rendezvous endpoint host[:port]", "");
-    value("--rdzv_id,--rdzv-id", "RDZV_ID", "User-defined job id shared by all nodes", "none");
-    value("--rdzv_conf,--rdzv-conf", "RDZV_CONF", "Rendezvous settings KEY=VALUE,...", "");
-    flag("--standalone", "STANDALONE", "Single node: local c10d rendezvous on a free port");
-    value("--max_restarts,--max-restarts", "MAX_RESTARTS", "Worker group restarts before failing", "0");
-    value("--monitor_interval,--monitor-interval", "MONITOR_INTERVAL", "Seconds; accepted, unused", "0.1");
-    value("--start_method,--start-method", "START_METHOD", "spawn, fork or forkserver (all exec)", "spawn");
-    value("--event_log_handler,--event-log-handler", "EVENT_LOG_HANDLER",
-          "torchrun's agent event handler: null, console or dynamic_rendezvous (accepted; ddprun does not "
-          "print "
-          "events yet)",
-          "null");
-    value("--role", "ROLE", "User-defined role name of the workers", "default");
-    flag("-m,--module", "MODULE", "Run the script as a Python module (python -m)");
-    flag("--no_python,--no-python", "NO_PYTHON", "Execute the script directly, without python");
-    flag("--run_path,--run-path", "RUN_PATH",
-         "Run the script path with python (precedence over --no_python)");
-    value("--log_dir,--log-dir", "LOG_DIR", "Base directory for worker log files", "");
-    value("-r,--redirects", "REDIRECTS", "Redirect std streams to log files: 0-3 or LR:N,...", "0");
-    value("-t,--tee", "TEE", "Tee std streams to log files and console: 0-3 or LR:N,...", "0");
-    value("--local_ranks_filter,--local-ranks-filter", "LOCAL_RANKS_FILTER", "Console shows only these ranks",
-          "");
-    value("--duplicate_stdout_filters,--duplicate-stdout-filters", "DUPLICATE_STDOUT_FILTERS",
-          "torchrun: tee'd stdout lines containing one of these (comma-separated, ',,' = a comma) also go to "
-          "filtered_stdout.log (accepted; not written by ddprun yet)",
-          "");
-    value("--duplicate_stderr_filters,--duplicate-stderr-filters", "DUPLICATE_STDERR_FILTERS",
-          "Same for stderr and filtered_stderr.log (accepted; not written yet)", "");
-    value("--node_rank,--node-rank", "NODE_RANK", "Rank of this node (static rendezvous)", "0");
-    value("--master_addr,--master-addr", "MASTER_ADDR", "Address of node 0 (static rendezvous)", "127.0.0.1");
-    value("--master_port,--master-port", "MASTER_PORT", "Port on node 0 (static rendezvous)", "29500");
-    value("--local_addr,--local-addr", "LOCAL_ADDR", "Address of this node for the rendezvous", "");
-    value("--logs_specs,--logs-specs", "", "torchrun LogsSpecs plugin: not supported by ddprun", "");
-    value("--numa_binding,--numa-binding", "",
-          "Bind local rank N to CPUs near GPU N: node, socket, exclusive or core-complex", "");
-    flag("--virtual_local_rank,--virtual-local-rank", "VIRTUAL_LOCAL_RANK",
-         "LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES");
-    value("--signals_to_handle,--signals-to-handle", "SIGNALS_TO_HANDLE", "Signals forwarded to workers",
-          "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
-    value("--shutdown_timeout,--shutdown-timeout", "SHUTDOWN_TIMEOUT",
-          "Seconds from forwarded signal to SIGKILL", "30");
-    value("--exit_barrier_timeout,--exit-barrier-timeout", "", "Seconds to wait for other nodes at exit",
-          "300");
-    value("--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
-          "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0");
-    flag("--prestart", "PRESTART",
-         "Keep the next generation of Python workers started, torch imported, so a restart skips the "
-         "interpreter's start-up (docs/cli.md lists what differs from a fresh process)");
-    value("--prestart_delay,--prestart-delay", "PRESTART_DELAY",
-          "Seconds after the workers start before the next generation is pre-started", "2");
-    value("--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3");
-    flag("--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything");
-    value("--log_level,--log-level", "", "trace, debug, info, warn, error, critical or off", "info");
-    flag("--slurm", "",
-         "Take nodes, node rank, master, port and run id from Slurm (automatic under srun when no rendezvous "
-         "flag is given; docs/slurm.md)");
-    flag("--no_slurm,--no-slurm", "", "Ignore Slurm's environment variables");
-    flag("--version", "", "Print the ddprun version and exit");
-    if (!launch_mode_) return;
-    // ddprun-launch: python -m torch.distributed.launch's own flags.
-    flag("--use_env,--use-env", "", "Pass the local rank in LOCAL_RANK only, not as --local-rank=N");
-    value("--local_rank_style,--local-rank-style", "",
-          "How the script gets its local rank without --use_env: --local-rank=N (dash, torch >= 2.0), "
-          "--local_rank=N (underscore, torch 1.x), or auto: as the torch of --python spells it",
-          "auto");
+    for (const FlagSpec& f : flag_table()) {
+      if (!f.launch_only || launch_mode_) add(f);
+    }
   }
 
   ParseResult run(const std::vector<std::string>& argv, LaunchConfig& c) {
@@ -149,25 +84,17 @@ class Parser {
     std::string default_text;
   };
 
-  Opt& add(const std::string& names, const std::string& pet) {
-    std::string canonical = names.substr(0, names.find(','));
-    if (canonical.rfind("--", 0) != 0) canonical = names.substr(names.find(',') + 1);
-    Opt& o = opts_[canonical];
-    o.flag = canonical;
-    o.env = pet.empty() ? "" : "PET_" + pet;
-    return o;
-  }
-  void value(const std::string& names, const std::string& pet, const std::string& help,
-             const std::string& def) {
-    Opt& o = add(names, pet);
-    o.default_text = def;
-    std::string env_note = o.env.empty() ? "" : " [env " + o.env + "]";
-    o.cli = app_.add_option(names, o.value, help + env_note);
-    if (!def.empty()) o.cli->default_str(def);
-  }
-  void flag(const std::string& names, const std::string& pet, const std::string& help) {
-    Opt& o = add(names, pet);
-    o.cli = app_.add_flag(names)->description(help + (o.env.empty() ? "" : " [env " + o.env + "=1]"));
+  void add(const FlagSpec& f) {
+    Opt& o = opts_[canonical_flag(f.names)];
+    o.flag = canonical_flag(f.names);
+    o.env = *f.pet ? std::string("PET_") + f.pet : "";
+    if (f.kind == FlagSpec::Kind::kSwitch) {
+      o.cli = app_.add_flag(f.names)->description(f.help + (o.env.empty() ? "" : " [env " + o.env + "=1]"));
+      return;
+    }
+    o.default_text = f.default_text;
+    o.cli = app_.add_option(f.names, o.value, f.help + (o.env.empty() ? "" : " [env " + o.env + "]"));
+    if (!o.default_text.empty()) o.cli->default_str(o.default_text);
   }
 
   // CLI11 2.1 reads "--flag=" (empty value) like "--flag" and takes the next argument as the value; argparse
@@ -248,28 +175,36 @@ class Parser {
     c.nproc_per_node = parse_nproc_per_node(g, gpus);
   }
 
-  void rendezvous(LaunchConfig& c) {
+  // The backend: --rdzv_backend, judged even when --standalone ignores it, and --standalone.
+  void backend(LaunchConfig& c) {
     Given backend = get("--rdzv_backend");
     if (backend.text.rfind("etcd", 0) == 0)
       fail(backend, "static or c10d (etcd is not supported by ddprun; use c10d)");
     const bool c10d = one_of(backend, {"static", "c10d"}) == "c10d";
     c.rdzv_kind = c10d ? RendezvousKind::kC10d : RendezvousKind::kStatic;
+    if (!flag_value("--standalone")) return;
+    for (const char* f : {"--rdzv_backend", "--rdzv_endpoint"}) {
+      if (auto g = given(f)) warnings_.push_back(std::string("--standalone ignores ") + f + "=" + g->text);
+    }
+    c.rdzv_kind = RendezvousKind::kStandalone;
+  }
+
+  // Where and how the agents meet: the run id, --rdzv_conf, the endpoint (c10d's, or static's at
+  // --master_addr:--master_port unless --rdzv_endpoint gives it), and this node's rank.
+  void rendezvous(LaunchConfig& c) {
     Given id = get("--rdzv_id");
     if (id.text.empty()) fail(id, "a non-empty id");
     c.rdzv_id = id.text;
     rdzv_conf(c);
-    if (flag_value("--standalone")) {
-      for (const char* f : {"--rdzv_backend", "--rdzv_endpoint"}) {
-        if (auto g = given(f)) warnings_.push_back(std::string("--standalone ignores ") + f + "=" + g->text);
-      }
+    if (c.rdzv_kind == RendezvousKind::kStandalone) {
       if (c.min_nodes != 1 || c.max_nodes != 1) {
         throw UsageError("ddprun: --standalone runs one node; it cannot be used with --nnodes=" +
                          get("--nnodes").text);
       }
-      c.rdzv_kind = RendezvousKind::kStandalone;
       c.rdzv_endpoint = rdzv::Endpoint{"127.0.0.1", 0};
-      return;
+      return node_rank(c);
     }
+    const bool c10d = c.rdzv_kind == RendezvousKind::kC10d;
     auto endpoints = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d);
     if (!endpoints.empty()) {
       endpoint_ = endpoints.front();
@@ -281,6 +216,7 @@ class Parser {
           "ddprun: --nnodes=" + get("--nnodes").text +
           " (a node range) needs --rdzv_backend=c10d; the static backend needs a fixed node count");
     }
+    node_rank(c);
   }
 
   void rdzv_conf(LaunchConfig& c) {
@@ -290,10 +226,12 @@ class Parser {
     if (auto it = conf.find("failover"); it != conf.end()) c.store_failover = it->second == "true";
   }
 
-  void master(LaunchConfig& c) {
-    c.master_addr = parse_master_addr(get("--master_addr"));
-    c.master_port = parse_master_port(get("--master_port"));
-    c.master_port_given = given("--master_port").has_value();
+  // --master_addr, --master_port and --node_rank: read by every backend (a bad value is an error), used by
+  // the static one only (c10d and standalone ignore them, as torchrun does).
+  void node_rank(LaunchConfig& c) {
+    const std::string master_addr = parse_master_addr(get("--master_addr"));
+    const uint16_t master_port = parse_master_port(get("--master_port"));
+    master_port_given_ = given("--master_port").has_value();
     Given rank = get("--node_rank");
     c.node_rank = int_at_least(rank, 0);
     if (c.rdzv_kind != RendezvousKind::kStatic) return;
@@ -301,15 +239,16 @@ class Parser {
       fail(rank, "a node rank in 0.." + std::to_string(c.max_nodes - 1) +
                      " (--nnodes=" + get("--nnodes").text + ")");
     }
-    c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{c.master_addr, c.master_port});
+    c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{master_addr, master_port});
   }
 
   // ddprun-launch without --use_env: the script gets "--local-rank=N" (or the underscored spelling).
   void local_rank_arg(LaunchConfig& c) {
     if (!launch_mode_ || flag_value("--use_env")) return;
     if (c.no_python && !c.run_path) {
-      throw UsageError("ddprun-launch: --no_python needs --use_env (as in torch.distributed.launch): a program "
-                       "is not given --local-rank");
+      throw UsageError(
+          "ddprun-launch: --no_python needs --use_env (as in torch.distributed.launch): a program "
+          "is not given --local-rank");
     }
     const std::string style = one_of(get("--local_rank_style"), {"auto", "dash", "underscore"});
     c.local_rank_arg = style == "dash" ? "--local-rank" : style == "underscore" ? "--local_rank" : "auto";
@@ -377,11 +316,10 @@ class Parser {
     bool forced = flag_value("--slurm"), off = flag_value("--no_slurm");
     if (forced && off) throw UsageError("ddprun: --slurm and --no_slurm cannot be used together");
     if (off) return;
-    if (forced && flag_value("--standalone")) {
-      throw UsageError("ddprun: --slurm and --standalone cannot be used together");
-    }
+    const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
+    if (forced && standalone) throw UsageError("ddprun: --slurm and --standalone cannot be used together");
     if (!forced) {
-      if (!slurm_detected(env_) || flag_value("--standalone")) return;
+      if (!slurm_detected(env_) || standalone) return;
       for (const char* f : {"--nnodes", "--node_rank", "--master_addr", "--master_port", "--rdzv_endpoint"}) {
         if (given(f)) return;  // the user wrote their own Slurm glue: keep torchrun's behaviour
       }
@@ -396,7 +334,7 @@ class Parser {
     for (const auto& d : s->derived) {
       slurm_defaults_[d.setting] = Given{d.setting, d.value, d.source.substr(0, d.source.find('='))};
     }
-    if (get("--rdzv_backend").text == "c10d") {  // judged by rendezvous(), after this
+    if (c.rdzv_kind == RendezvousKind::kC10d) {
       slurm_defaults_["--rdzv_endpoint"] =
           Given{"--rdzv_endpoint", rdzv::format_endpoint(s->first_host, s->ports[0]), "SLURM_JOB_ID"};
     }
@@ -415,7 +353,7 @@ class Parser {
       if (!given(d.setting) && !ignored) sl.used.push_back(d);
     }
     sl.store_host = c.rdzv_endpoint.host;
-    const bool port_given = given("--rdzv_endpoint") || (!c10d && c.master_port_given);
+    const bool port_given = given("--rdzv_endpoint") || (!c10d && master_port_given_);
     if (!port_given) sl.probe_ports = sl.settings.ports;
     if (!c10d) {
       sl.hosts_store = c.node_rank == 0;
@@ -432,16 +370,18 @@ class Parser {
     }
   }
 
+  // The passes over the flags, in this order: each reads the flags it resolves (given, else derived from
+  // Slurm, else the default) and what the passes before it resolved, and resolves each value once.
   void convert(LaunchConfig& c) {
-    nproc(c);
-    slurm(c);
-    nnodes(c);
-    rendezvous(c);
-    master(c);
-    launch(c);
-    local_rank_arg(c);
-    newer_torch_flags(c);
-    slurm_finish(c);
+    nproc(c);              // --nproc_per_node: Slurm's task layout needs it
+    backend(c);            // --rdzv_backend, --standalone: Slurm's defaults depend on them
+    slurm(c);              // Slurm's derived settings become the defaults of their flags
+    nnodes(c);             // --nnodes (maybe Slurm's)
+    rendezvous(c);         // run id, --rdzv_conf, endpoint, node rank (maybe Slurm's): needs the node count
+    launch(c);             // how each worker runs and what the agent does around it
+    local_rank_arg(c);     // ddprun-launch's --local-rank=N: needs --no_python
+    newer_torch_flags(c);  // --virtual-local-rank, --duplicate-*-filters, --event-log-handler, --numa-binding
+    slurm_finish(c);       // what Slurm still decides once every flag is resolved
     fixed_port_for_many_nodes(c);
   }
 
@@ -454,7 +394,7 @@ class Parser {
       const std::string visible = env_.at("CUDA_VISIBLE_DEVICES");
       throw UsageError("ddprun: --virtual-local-rank gives local rank " + std::to_string(lr) +
                        " its entry of CUDA_VISIBLE_DEVICES='" + visible + "', which has only " +
-                       std::to_string(rdzv::split(visible, ',').size()) +
+                       std::to_string(split(visible, ',').size()) +
                        "; list one device per local rank (--nproc_per_node=" +
                        std::to_string(c.nproc_per_node) + ") or unset it");
     }
@@ -472,22 +412,22 @@ class Parser {
   // --numa-binding: the CPUs of every local rank, chosen now so that a machine without what the mode needs
   // (a GPU per local rank, first of all) is a usage error before anything starts.
   void numa_binding(LaunchConfig& c, const Given& g) {
-    c.numa_binding = agent::parse_numa_affinity(trim(g.text));
+    c.numa_binding = parse_numa_affinity(trim(g.text));
     if (!c.numa_binding) fail(g, "node, socket, exclusive or core-complex");
-    agent::NumaMachine machine;
+    NumaMachine machine;
     if (numa_machine_) {
       machine = numa_machine_();
     } else {
       auto cvd = env_.find("CUDA_VISIBLE_DEVICES");
-      machine = agent::read_numa_machine(
-          "/sys", cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second),
-          agent::current_cpu_set());
+      machine = read_numa_machine("/sys",
+                                  cvd == env_.end() ? std::nullopt : std::optional<std::string>(cvd->second),
+                                  current_cpu_set());
     }
     for (int lr = 0; lr < c.nproc_per_node; ++lr) {
       try {
-        auto cpus = agent::cpus_for_gpu(*c.numa_binding, lr, machine);
+        auto cpus = cpus_for_gpu(*c.numa_binding, lr, machine);
         c.worker_cpus.emplace_back(cpus.begin(), cpus.end());
-      } catch (const agent::NumaBindingError& e) {
+      } catch (const NumaBindingError& e) {
         throw UsageError("ddprun: --numa-binding=" + g.text + ": " + e.what() +
                          " (NUMA binding is for GPU jobs; leave the flag out to run unbound)");
       }
@@ -509,62 +449,20 @@ class Parser {
   std::map<std::string, Opt> opts_;
   const Env& env_;
   std::function<int()> gpu_count_;
-  std::function<agent::NumaMachine()> numa_machine_;  // --numa-binding's machine; empty = read /sys
+  std::function<NumaMachine()> numa_machine_;  // --numa-binding's machine; empty = read /sys
   bool launch_mode_;  // ddprun-launch: torch.distributed.launch's flags and --local-rank=N
   std::vector<std::string> warnings_;
   std::map<std::string, Given> slurm_defaults_;  // flag -> value derived from Slurm (get() falls back to it)
   std::optional<rdzv::Endpoint> endpoint_;       // --rdzv_endpoint, parsed (nullopt: none given)
+  bool master_port_given_ = false;               // --master_port or PET_MASTER_PORT was given
 };
 
 }  // namespace
 
-Std StdSpec::for_rank(int local_rank) const {
-  auto it = per_rank.find(local_rank);
-  return it != per_rank.end() ? it->second : all;
-}
-
-std::optional<StdSpec> parse_std_spec(const std::string& text) {
-  auto digit = [](const std::string& s) -> std::optional<Std> {
-    if (s.size() != 1 || s[0] < '0' || s[0] > '3') return std::nullopt;
-    return static_cast<Std>(s[0] - '0');
-  };
-  StdSpec spec;
-  if (auto v = digit(text)) {
-    spec.all = *v;
-    return spec;
-  }
-  for (const auto& item : rdzv::split(text, ',')) {
-    auto colon = item.find(':');
-    if (colon == std::string::npos || colon == 0) return std::nullopt;
-    std::string rank = item.substr(0, colon);
-    if (rank.size() > 7 || rank.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-    auto v = digit(item.substr(colon + 1));
-    if (!v) return std::nullopt;
-    spec.per_rank[std::stoi(rank)] = *v;
-  }
-  return spec;
-}
-
-std::vector<std::string> comma_separated_list(const std::string& text) {
-  // torch: replace ",," by a placeholder, split on ",", put the commas back.
-  std::vector<std::string> out{""};
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != ',') {
-      out.back() += text[i];
-    } else if (i + 1 < text.size() && text[i + 1] == ',') {
-      out.back() += ',';
-      ++i;
-    } else {
-      out.emplace_back();
-    }
-  }
-  return out;
-}
-
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
                                 const std::function<int()>& gpu_count, LaunchConfig& out,
-                                const std::function<agent::NumaMachine()>& numa_machine) {
+                                const std::function<NumaMachine()>& numa_machine) {
   try {
     LaunchConfig c;
     const bool launch_mode = !argv.empty() && std::filesystem::path(argv[0]).filename() == "ddprun-launch";

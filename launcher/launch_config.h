@@ -6,7 +6,7 @@
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
 // Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
-// reads /proc and /dev), /sys and the CPU set for --numa-binding (agent/numa_topology.h) and
+// reads /proc and /dev), /sys and the CPU set for --numa-binding (launcher/numa_topology.h) and
 // std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state). Each
 // single value is judged by launcher/flag_values.h.
 //
@@ -23,29 +23,14 @@
 #include <string>
 #include <vector>
 
-#include "agent/event_log.h"        // --event-log-handler
-#include "agent/numa_topology.h"    // --numa-binding
-#include "launcher/cuda_devices.h"  // count_cuda_devices, the default gpu_count
-#include "launcher/flag_values.h"   // RdzvTimings
+#include "agent/watchdog/event_log.h"  // --event-log-handler
+#include "launcher/cuda_devices.h"     // count_cuda_devices, the default gpu_count
+#include "launcher/flag_values.h"      // RdzvTimings
+#include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm_env.h"
 #include "rendezvous/endpoint.h"
 
 namespace ddprun::launcher {
-
-// Where a worker's stdout/stderr go besides the console: torchrun's --redirects/--tee values (bit 1 = stdout,
-// bit 2 = stderr).
-enum class Std : uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
-
-// A --redirects/--tee spec: "3" (every local rank) or "0:1,1:2" (per local rank; ranks not listed get kNone).
-struct StdSpec {
-  Std all = Std::kNone;
-  std::map<int, Std> per_rank;
-  Std for_rank(int local_rank) const;
-  bool operator==(const StdSpec&) const = default;
-};
-
-// Parses "N" (0..3) or "LR:N,LR:N,..." (LR >= 0, multi-digit allowed: a superset of torchrun's one digit).
-std::optional<StdSpec> parse_std_spec(const std::string& text);
 
 // Slurm mode (--slurm, or auto-detected: SLURM_JOB_ID and SLURM_PROCID set, --no_slurm absent and none of
 // --nnodes, --node_rank, --master_addr, --master_port, --rdzv_endpoint, --standalone given, on the command
@@ -66,12 +51,8 @@ struct SlurmLaunch {
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
 enum class RendezvousKind { kStatic, kC10d, kStandalone };
 
-// torchrun's --event-log-handler values: agent/event_log.h.
+// torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
-
-// torchrun's comma_separated_list: "a,b" -> {"a", "b"}; ",," stands for a comma ("a,,b" -> {"a,b"}); "" ->
-// {""} (an empty filter, which every line contains).
-std::vector<std::string> comma_separated_list(const std::string& text);
 
 struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
@@ -104,10 +85,7 @@ struct LaunchConfig {
   std::string log_dir;  // "" = none
   StdSpec redirects, tee;
   std::optional<std::set<int>> local_ranks_filter;  // "0,2" ; nullopt = all
-  int node_rank = 0;                      // kStatic only (c10d and standalone ignore it, as torchrun does)
-  std::string master_addr = "127.0.0.1";  // host only; brackets of "[::1]" removed
-  uint16_t master_port = 29500;
-  bool master_port_given = false;  // --master_port or PET_MASTER_PORT was given
+  int node_rank = 0;  // kStatic only (c10d and standalone ignore it, as torchrun does)
   // --local_addr: the address other nodes reach this node at (c10d: its standby store, MASTER_ADDR once it
   // hosts the store); "" = the address this host reaches the store from.
   std::string local_addr;
@@ -118,7 +96,7 @@ struct LaunchConfig {
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
-  bool prestart = false;              // --prestart (ddprun extension): agent/prestart.h
+  bool prestart = false;              // --prestart (ddprun extension): agent/process/prestart.h
   double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
   // sys.executable)
@@ -135,8 +113,8 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
-  // chosen at parse time near GPU <local rank> (agent/numa_topology.h); both empty without the flag.
-  std::optional<agent::NumaAffinity> numa_binding;
+  // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.
+  std::optional<NumaAffinity> numa_binding;
   std::vector<std::vector<int>> worker_cpus;
 
   // argv of worker `local_rank`: python -u [-m] script [local_rank_arg=N] args (with ${local_rank}
@@ -161,11 +139,11 @@ struct ParseResult {
 // for
 // --nproc_per_node gpu|auto (an empty function means count_cuda_devices); numa_machine: the machine as
 // --numa-binding sees it, called only for that flag (an empty function reads /sys, env's CUDA_VISIBLE_DEVICES
-// and this process's CPU set: agent::read_numa_machine).
+// and this process's CPU set: read_numa_machine).
 ParseResult parse_launch_config(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& env,
                                 const std::function<int()>& gpu_count, LaunchConfig& out,
-                                const std::function<agent::NumaMachine()>& numa_machine = {});
+                                const std::function<NumaMachine()>& numa_machine = {});
 
 // Torchrun's ${local_rank} macro (Python string.Template.safe_substitute): "${local_rank}" and "$local_rank"
 // become the rank, "$$" becomes "$", anything else is kept.

@@ -21,7 +21,7 @@
 
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
-#include "agent/orphan_guard.h"
+#include "agent/process/orphan_guard.h"
 #include "agent/worker_env.h"
 #include "launcher/agent_config.h"
 #include "launcher/dry_run.h"
@@ -35,8 +35,8 @@
 namespace {
 
 using ddprun::launcher::LaunchConfig;
-using ddprun::launcher::RendezvousKind;
 using ddprun::launcher::millis;
+using ddprun::launcher::RendezvousKind;
 
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
   const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
@@ -113,7 +113,7 @@ int run_launcher(int argc, char** argv) {
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
   // A dry run is not the agent that will run: its pid would mislead.
   const std::string pid = config.dry_run ? "<pid>" : std::to_string(getpid());
-  context.host_and_pid = ddprun::launcher::host_and_pid(ddprun::rdzv::local_hostname(), pid);
+  context.host_and_pid = ddprun::launcher::host_and_pid(ddprun::local_hostname(), pid);
   context.temp_dir = temp_dir();
   // ddprun-launch: --local-rank=N or --local_rank=N, as the workers' torch spells it.
   if (config.local_rank_arg == "auto") {
@@ -146,9 +146,10 @@ int run_launcher(int argc, char** argv) {
   try {
     rdzv = make_rendezvous_on_port(config);
   } catch (const ddprun::rdzv::BindError& e) {
-    spdlog::error("{}; pick another port (--master_port, or --rdzv_endpoint HOST:PORT), or use --standalone on "
-                  "a single node (a free port)",
-                  e.what());
+    spdlog::error(
+        "{}; pick another port (--master_port, or --rdzv_endpoint HOST:PORT), or use --standalone on "
+        "a single node (a free port)",
+        e.what());
     return ddprun::agent::kExitStoreFailed;
   } catch (const ddprun::rdzv::RendezvousError& e) {  // the store cannot be reached (RendezvousStoreError)
     spdlog::error("{}", e.what());
@@ -163,7 +164,7 @@ int run_launcher(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The orphan guard (agent/orphan_guard.h) is this program run as "ddprun-guard".
+  // The orphan guard (agent/process/orphan_guard.h) is this program run as "ddprun-guard".
   if (auto guard_exit = ddprun::agent::guard_entry(argc, argv)) return *guard_exit;
   // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
   // agent's destructors have stopped and reaped every worker.

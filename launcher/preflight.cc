@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "agent/process_context.h"
+#include "agent/process/worker_launch.h"
 #include "launcher/interpreter_check.h"
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_server.h"

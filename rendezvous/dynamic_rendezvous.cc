@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <numeric>
 #include <thread>
 
+#include "rendezvous/c10d_round.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/reachability.h"
 #include "rendezvous/text_util.h"
@@ -15,35 +15,6 @@ namespace ddprun::rdzv {
 
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
-
-namespace {
-
-// `text` up to its n-th `sep`, and what follows it (nullopt when there are fewer).
-std::pair<std::string_view, std::optional<std::string_view>> split_at_nth(std::string_view text, char sep,
-                                                                          int n) {
-  size_t at = std::string_view::npos;
-  for (int i = 0; i < n; ++i) {
-    at = text.find(sep, at == std::string_view::npos ? 0 : at + 1);
-    if (at == std::string_view::npos) return {text, std::nullopt};
-  }
-  return {text.substr(0, at), text.substr(at + 1)};
-}
-
-}  // namespace
-
-std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
-  std::vector<size_t> idx(identities.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    bool na = previous[a] < 0, nb = previous[b] < 0;
-    if (na != nb) return nb;  // members of the previous round first
-    if (!na && previous[a] != previous[b]) return previous[a] < previous[b];
-    return identities[a] < identities[b];
-  });
-  std::vector<int> rank(identities.size());
-  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r);
-  return rank;
-}
 
 DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
     : RendezvousBase(options.run_id),
@@ -87,8 +58,9 @@ RendezvousBase::Timeouts DynamicRendezvous::timeouts() const {
                   .watcher_request = options_.keep_alive_interval,
                   .stall_tolerance = tolerance,
                   .reconnect = failover_on() ? heartbeat_timeout() : milliseconds(0),
-                  .watcher_reconnect = failover_on() ? std::min(options_.keep_alive_interval, milliseconds(250))
-                                                     : milliseconds(0)};
+                  .watcher_reconnect = failover_on()
+                                           ? std::min(options_.keep_alive_interval, milliseconds(250))
+                                           : milliseconds(0)};
 }
 
 int DynamicRendezvous::current_round() {
@@ -102,13 +74,16 @@ void DynamicRendezvous::sit_out_if_failing() {
   if (failures < 2) return;
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
-  spdlog::warn("rendezvous {}: the workers of agent {} caused {} failures; keeping this node out for {} s (the "
-               "cooldown doubles with each further failure)",
-               run_id(), options_.identity, failures, cooldown.count() / 1000);
+  spdlog::warn(
+      "rendezvous {}: the workers of agent {} caused {} failures; keeping this node out for {} s (the "
+      "cooldown doubles with each further failure)",
+      run_id(), options_.identity, failures, cooldown.count() / 1000);
   std::this_thread::sleep_for(cooldown);
 }
 
-void DynamicRendezvous::do_note_local_failure() { store_->add(key("failures/" + options_.identity), 1); }
+void DynamicRendezvous::do_note_local_failure() {
+  store_->add(key("failures/" + options_.identity), 1);
+}
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
   if (auto stop = moved()) throw RendezvousClosedError("rendezvous '" + run_id() + "': " + stop->detail);
@@ -136,9 +111,9 @@ RendezvousInfo DynamicRendezvous::join(int local_world_size) {
     if (!first && do_is_closed()) throw closed_error();
     const int64_t index = join_round(r, local_world_size);
     if (index < options_.max_nodes) wait_closed_or_close(r, index);
-    const int count = index < options_.max_nodes
-                          ? read_int(store_->get(round_key(r, "closed")), "node count of round " + std::to_string(r), 1)
-                          : options_.max_nodes;
+    const int count = index < options_.max_nodes ? read_int(store_->get(round_key(r, "closed")),
+                                                            "node count of round " + std::to_string(r), 1)
+                                                 : options_.max_nodes;
     if (index >= count) {
       after_close(r, count, deadline);
     } else if (auto info = await_assignment(r, index)) {
@@ -150,8 +125,10 @@ RendezvousInfo DynamicRendezvous::join(int local_world_size) {
 int64_t DynamicRendezvous::join_round(int r, int local_world_size) {
   const int64_t index = store_->add(round_key(r, "joined"), 1) - 1;
   store_->set(round_key(r, "node/" + std::to_string(index)),
-              options_.identity + "|" + std::to_string(previous_rank_) + "|" +
-                  std::to_string(local_world_size) + "|" + failover_.standby());
+              encode(NodeDescriptor{.identity = options_.identity,
+                                    .previous_rank = previous_rank_,
+                                    .local_world_size = local_world_size,
+                                    .standby = failover_.standby()}));
   // After a failover, the round is complete once every node expected to survive joined.
   const bool all_expected = expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_;
   if (index + 1 == options_.max_nodes || all_expected) store_->set(round_key(r, "full"), "1");
@@ -168,8 +145,8 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
   int64_t k = index + 1;  // nodes known to have joined
   while (true) {
     try {
-      auto count = wait_or_count(round_key(r, "closed"), round_key(r, "joined"), deadline,
-                                 options_.progress_interval);
+      auto count =
+          wait_or_count(round_key(r, "closed"), round_key(r, "joined"), deadline, options_.progress_interval);
       if (!count) return;
       k = *count;
     } catch (const ConnectionLostError& e) {
@@ -179,29 +156,33 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
       // socket.
       throw RendezvousTimeoutError(
           "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": the store at " + endpoint() +
-          " went away while this node waited for at least " + std::to_string(options_.min_nodes) + " nodes (" +
-          std::to_string(k) + " had joined): the agent hosting it gave up, most likely at its join timeout (" +
+          " went away while this node waited for at least " + std::to_string(options_.min_nodes) +
+          " nodes (" + std::to_string(k) +
+          " had joined): the agent hosting it gave up, most likely at its join timeout (" +
           std::to_string(options_.join_timeout.count() / 1000) +
           " s here). Start every node within join_timeout of the first, with the same --rdzv_endpoint and "
-          "--rdzv_id, or lower --nnodes MIN (" + e.what() + ")");
+          "--rdzv_id, or lower --nnodes MIN (" +
+          e.what() + ")");
     }
     if (Clock::now() >= deadline) throw too_few_nodes(r, k);
-    if (k >= options_.min_nodes && Clock::now() - start > options_.last_call_timeout + options_.close_timeout) {
-      spdlog::warn("rendezvous {} round {}: the node running the last call vanished; closing the round", run_id(), r);
+    if (k >= options_.min_nodes &&
+        Clock::now() - start > options_.last_call_timeout + options_.close_timeout) {
+      spdlog::warn("rendezvous {} round {}: the node running the last call vanished; closing the round",
+                   run_id(), r);
       close_round(r, k);
       continue;
     }
     spdlog::info("rendezvous {} round {}: {}/{} joined (max {}), waiting for {} at {}", run_id(), r, k,
-                 options_.min_nodes, options_.max_nodes, k < options_.min_nodes ? "more nodes" : "the last call to end",
-                 endpoint());
+                 options_.min_nodes, options_.max_nodes,
+                 k < options_.min_nodes ? "more nodes" : "the last call to end", endpoint());
   }
 }
 
 void DynamicRendezvous::last_call(int r) {
   const int min = options_.min_nodes, max = options_.max_nodes;
   if (max > min) {
-    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {} s", run_id(), r,
-                 min, min, max - min, options_.last_call_timeout.count() / 1000.0);
+    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {} s",
+                 run_id(), r, min, min, max - min, options_.last_call_timeout.count() / 1000.0);
     try {
       store_->wait({round_key(r, "full")}, options_.last_call_timeout);
     } catch (const WaitTimeoutError&) {  // the last call is over
@@ -220,48 +201,24 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
   // This node closed the round: it alone reads the descriptors and assigns every node its rank.
   std::vector<std::string> node_keys;
   for (int64_t i = 0; i < count; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-  std::vector<std::string> ids, standbys;
-  std::vector<int> prev, lws;
-  for (const auto& d : store_->multi_get(node_keys)) {
-    auto f = split(d, '|');
-    if (f.size() != 4) throw unreadable("node descriptor", d);
-    ids.push_back(f[0]);
-    prev.push_back(read_int(f[1], "previous node rank", -1));
-    lws.push_back(read_int(f[2], "local world size", 0));
-    standbys.push_back(f[3]);
+  std::vector<NodeDescriptor> nodes;
+  for (const auto& text : store_->multi_get(node_keys)) {
+    UnreadableField why;
+    auto d = decode_node_descriptor(text, why);
+    if (!d) throw unreadable(why.what, why.text);
+    nodes.push_back(std::move(*d));
   }
-  auto rank = order_nodes(ids, prev);
-  std::vector<int> by_rank(static_cast<size_t>(count));
-  std::vector<std::string> standby_by_rank(static_cast<size_t>(count));
-  for (size_t i = 0; i < rank.size(); ++i) {
-    by_rank[static_cast<size_t>(rank[i])] = lws[i];
-    standby_by_rank[static_cast<size_t>(rank[i])] = standbys[i];
-  }
-  StoreFailover::Successors successors;
-  for (const auto& sb : standby_by_rank) {
-    std::string error;
-    auto ep = sb.empty() ? std::nullopt : parse_endpoint(sb, std::nullopt, error);
-    if (!ep) {
-      ++successors.without_standby;
-    } else if (successors.endpoints.size() < StoreFailover::kSuccessors) {
-      successors.endpoints.push_back(*ep);
-    }
-  }
-  const std::string successors_text = StoreFailover::encode(successors);
-  std::vector<int> base(static_cast<size_t>(count), 0);
-  for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
-  const int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
+  const std::vector<RankAssignment> assignments = rdzv::assign_ranks(nodes);
   std::vector<std::string> keys, values;
-  for (size_t i = 0; i < rank.size(); ++i) {
-    keys.push_back(round_key(r, "assign/" + std::to_string(i)));
-    values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
-                     std::to_string(base[static_cast<size_t>(rank[i])]) + "|" + std::to_string(world) + "|" +
-                     successors_text);
+  for (const RankAssignment& a : assignments) {
+    keys.push_back(round_key(r, "assign/" + std::to_string(keys.size())));
+    values.push_back(encode(a));
   }
   keys_.open_worker_keyspace(*store_, r);
   store_->multi_set(keys, values);
   store_->set(key("round"), std::to_string(r));
-  spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", run_id(), r, count, world);
+  spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", run_id(), r, count,
+               assignments.front().world_size);
 }
 
 RendezvousTimeoutError DynamicRendezvous::too_few_nodes(int r, int64_t joined) const {
@@ -269,14 +226,14 @@ RendezvousTimeoutError DynamicRendezvous::too_few_nodes(int r, int64_t joined) c
   const int64_t shown = std::min<int64_t>(joined, 16);
   std::vector<std::string> node_keys;
   for (int64_t i = 0; i < shown; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-  for (const auto& d : store_->multi_get(node_keys)) names += (names.empty() ? "" : ", ") + split(d, '|')[0];
+  for (const auto& d : store_->multi_get(node_keys)) names += (names.empty() ? "" : ", ") + identity_of(d);
   if (joined > shown) names += ", ...";
-  return RendezvousTimeoutError("rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " +
-                                std::to_string(joined) + " of at least " + std::to_string(options_.min_nodes) +
-                                " nodes joined within " + std::to_string(options_.join_timeout.count() / 1000) +
-                                " s at " + endpoint() + " (joined: " + names +
-                                "). Start more nodes with the same --rdzv_endpoint and --rdzv_id, or lower "
-                                "--nnodes MIN");
+  return RendezvousTimeoutError(
+      "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
+      " of at least " + std::to_string(options_.min_nodes) + " nodes joined within " +
+      std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() + " (joined: " + names +
+      "). Start more nodes with the same --rdzv_endpoint and --rdzv_id, or lower "
+      "--nnodes MIN");
 }
 
 std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t index) {
@@ -289,22 +246,19 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
     keys_.stop(*store_, r, RoundStop{RoundStop::Kind::kMembership, -1, "closer vanished", 0});
     return std::nullopt;
   }
-  // "<node rank>|<nodes>|<base rank>|<world size>|<successors>" (the successors: StoreFailover::encode).
-  const std::string text = store_->get(assign);
-  const auto [head, tail] = split_at_nth(text, '|', 4);
-  auto f = split(head, '|');
-  auto successors = tail ? StoreFailover::decode(*tail) : std::nullopt;
-  if (f.size() != 4 || !successors) throw unreadable("rank assignment", text);
+  UnreadableField why;
+  auto assignment = decode_rank_assignment(store_->get(assign), why);
+  if (!assignment) throw unreadable(why.what, why.text);
   RendezvousInfo info;
   info.round = r;
-  info.group_rank = read_int(f[0], "node rank", 0);
-  info.group_world_size = read_int(f[1], "node count", 1);
-  info.base_rank = read_int(f[2], "base rank", 0);
-  info.world_size = read_int(f[3], "world size", 0);
+  info.group_rank = assignment->node_rank;
+  info.group_world_size = assignment->nodes;
+  info.base_rank = assignment->base_rank;
+  info.world_size = assignment->world_size;
   info.store_host = store_at_.host;
   info.store_port = store_at_.port;
-  successors_ = successors->endpoints;
-  without_standby_ = successors->without_standby;
+  successors_ = std::move(assignment->successors.endpoints);
+  without_standby_ = assignment->successors.without_standby;
   expected_nodes_ = 0;
   previous_rank_ = info.group_rank;
   neighbour_beats_ = -1;
@@ -315,35 +269,40 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
 
 void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline) {
   if (count < options_.max_nodes) {
-    spdlog::info("rendezvous {}: round {} runs with {} nodes and has room; asking it to re-form with this node",
-                 run_id(), r, count);
-    keys_.stop(*store_, r, RoundStop{RoundStop::Kind::kMembership, -1, "node " + options_.identity + " arrived", 0});
+    spdlog::info(
+        "rendezvous {}: round {} runs with {} nodes and has room; asking it to re-form with this node",
+        run_id(), r, count);
+    keys_.stop(*store_, r,
+               RoundStop{RoundStop::Kind::kMembership, -1, "node " + options_.identity + " arrived", 0});
     return;
   }
-  spdlog::warn("rendezvous {}: round {} is running and full ({} nodes = max); waiting for it to end to join the "
-               "next one. If this agent starts a new job, another job with --rdzv_id {} is still running at {}: "
-               "give the new job its own --rdzv_id",
-               run_id(), r, count, run_id(), endpoint());
+  spdlog::warn(
+      "rendezvous {}: round {} is running and full ({} nodes = max); waiting for it to end to join the "
+      "next one. If this agent starts a new job, another job with --rdzv_id {} is still running at {}: "
+      "give the new job its own --rdzv_id",
+      run_id(), r, count, run_id(), endpoint());
   // The job this node waits to join may finish instead of re-forming: then there is no next round, and the
   // agent that hosts the store leaves with it. Either way this agent joined another job's run id.
   auto reused = [&](const std::string& how) {
-    return RendezvousConflictError("rendezvous '" + run_id() + "' at " + endpoint() +
-                                   ": the job running with this --rdzv_id (round " + std::to_string(r) + ", " +
-                                   std::to_string(count) + " nodes = max) " + how +
-                                   " while this agent waited for a place in it. If this agent belongs to a new "
-                                   "job, that job reuses the --rdzv_id and endpoint of a running one: give it a "
-                                   "new --rdzv_id (or another port)");
+    return RendezvousConflictError(
+        "rendezvous '" + run_id() + "' at " + endpoint() + ": the job running with this --rdzv_id (round " +
+        std::to_string(r) + ", " + std::to_string(count) + " nodes = max) " + how +
+        " while this agent waited for a place in it. If this agent belongs to a new "
+        "job, that job reuses the --rdzv_id and endpoint of a running one: give it a "
+        "new --rdzv_id (or another port)");
   };
   std::optional<RoundStop> stop;
   try {
-    stop = keys_.wait_stopped(*store_, r, std::max(milliseconds(1), duration_cast<milliseconds>(deadline - Clock::now())));
+    stop = keys_.wait_stopped(
+        *store_, r, std::max(milliseconds(1), duration_cast<milliseconds>(deadline - Clock::now())));
   } catch (const ConnectionLostError& e) {
     throw reused("ended (the store went away: " + std::string(e.what()) + ")");
   }
   if (!stop) {
-    throw RendezvousTimeoutError("rendezvous '" + run_id() + "': round " + std::to_string(r) + " stayed full (" +
-                                 std::to_string(count) + " nodes = max) for " +
-                                 std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint());
+    throw RendezvousTimeoutError("rendezvous '" + run_id() + "': round " + std::to_string(r) +
+                                 " stayed full (" + std::to_string(count) + " nodes = max) for " +
+                                 std::to_string(options_.join_timeout.count() / 1000) + " s at " +
+                                 endpoint());
   }
   if (stop->kind == RoundStop::Kind::kDone) throw reused("finished");
 }

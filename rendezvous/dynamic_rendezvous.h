@@ -91,15 +91,11 @@ struct DynamicRendezvousOptions {
   std::chrono::milliseconds cooldown_max{300000};
 };
 
-// Ranks for one round (pure; tested): `previous[i]` is node i's rank in the previous round or -1.
-// Returns the node rank of each arrival index.
-std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous);
-
 class DynamicRendezvous final : public RendezvousBase {
  public:
   // Starts the store when this node hosts it (BindError only with is_host=1: otherwise a taken port means
-  // another agent on this machine hosts it, and this one joins it), then connects (RendezvousStoreError naming
-  // the endpoint when it cannot be reached within join_timeout).
+  // another agent on this machine hosts it, and this one joins it), then connects (RendezvousStoreError
+  // naming the endpoint when it cannot be reached within join_timeout).
   explicit DynamicRendezvous(DynamicRendezvousOptions options);
   ~DynamicRendezvous() override;
 
@@ -145,7 +141,8 @@ class DynamicRendezvous final : public RendezvousBase {
   RendezvousTimeoutError too_few_nodes(int r, int64_t joined) const;
   // This node's assignment in round r; nullopt when the closer vanished (round r is then stopped).
   std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
-  // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it ends.
+  // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it
+  // ends.
   void after_close(int r, int count, Clock::time_point deadline);
   // For the store host: the local stop that says the job moved on without it, once the round's successors
   // say so (asks them unless it is known already; then every later call returns it).

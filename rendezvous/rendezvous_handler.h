@@ -32,7 +32,26 @@ struct RendezvousInfo {
   int world_size = 1;        // workers in the round, all nodes together
   std::string store_host;    // where workers find the agent store (MASTER_ADDR)
   uint16_t store_port = 0;   // (MASTER_PORT)
+
+  // The global rank of this node's worker `local_rank`.
+  int rank_of(int local_rank) const { return base_rank + local_rank; }
 };
+
+// Where the workers of each node sit among all the workers of a round, when node i (in node-rank order) runs
+// local_world_sizes[i] of them: node i's base rank is the count of the workers of the nodes before it, the
+// world size the count of them all. Both backends assign ranks so.
+struct RankLayout {
+  std::vector<int> base_ranks;  // index = node rank
+  int world_size = 0;
+};
+inline RankLayout rank_layout(const std::vector<int>& local_world_sizes) {
+  RankLayout layout;
+  for (int n : local_world_sizes) {
+    layout.base_ranks.push_back(layout.world_size);
+    layout.world_size += n;
+  }
+  return layout;
+}
 
 // Why a round ended, as published by stop_round (first caller wins).
 struct RoundStop {
@@ -56,9 +75,10 @@ class RendezvousHandler {
 
   // Joins the next round with `local_world_size` workers; blocks until it is complete.
   // RendezvousClosedError: the job already finished. RendezvousTimeoutError: too few nodes within
-  // join_timeout, or the store's host gave up first. RendezvousConflictError: this agent's node rank is taken,
-  // or it waited as a spare of another job that reused this run id and endpoint. RendezvousStoreError: the
-  // store is unreachable, silent for longer than a request's timeout, or holds unreadable rendezvous data.
+  // join_timeout, or the store's host gave up first. RendezvousConflictError: this agent's node rank is
+  // taken, or it waited as a spare of another job that reused this run id and endpoint. RendezvousStoreError:
+  // the store is unreachable, silent for longer than a request's timeout, or holds unreadable rendezvous
+  // data.
   RendezvousInfo next_rendezvous(int local_world_size) {
     return guard([&] { return do_next_rendezvous(local_world_size); });
   }

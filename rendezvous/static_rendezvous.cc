@@ -1,10 +1,10 @@
 #include "rendezvous/static_rendezvous.h"
 
-#include <algorithm>
-#include <cstdint>
-
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "rendezvous/text_util.h"
 
@@ -73,8 +73,9 @@ void StaticRendezvous::wait_complete(int r) {
       // socket.
       throw RendezvousTimeoutError(
           "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": the store at " + endpoint() +
-          " (node 0's agent) went away while this node waited for the other nodes (" + std::to_string(joined) +
-          " of " + std::to_string(n) + " had joined): node 0 gave up, most likely at its join timeout (" +
+          " (node 0's agent) went away while this node waited for the other nodes (" +
+          std::to_string(joined) + " of " + std::to_string(n) +
+          " had joined): node 0 gave up, most likely at its join timeout (" +
           std::to_string(options_.join_timeout.count() / 1000) +
           " s here). Start ddprun on every node within join_timeout of the first, with --nnodes " +
           std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
@@ -83,16 +84,17 @@ void StaticRendezvous::wait_complete(int r) {
       // Naming the missing ranks costs a request per node, on every node and every progress line: only for
       // small jobs (the join timeout's error names them whatever the size).
       const std::string who = n <= kNamedInProgress ? "node ranks " + missing_node_ranks(r) : "the others";
-      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n, who,
-                   endpoint());
+      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n,
+                   who, endpoint());
       continue;
     }
     const std::string missing = missing_node_ranks(r);
-    throw RendezvousTimeoutError("rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " +
-                                 std::to_string(joined) + " of " + std::to_string(n) + " nodes joined within " +
-                                 std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() +
-                                 "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
-                                 std::to_string(n) + " and the same --master_addr/--master_port");
+    throw RendezvousTimeoutError(
+        "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
+        " of " + std::to_string(n) + " nodes joined within " +
+        std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() +
+        "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
+        std::to_string(n) + " and the same --master_addr/--master_port");
   }
 }
 
@@ -120,14 +122,15 @@ RendezvousInfo StaticRendezvous::round_info(int r) {
   info.group_world_size = n;
   info.store_host = options_.master_addr;
   info.store_port = store_port();
-  // Global ranks: node ranks in order, base = the sum of the local world sizes of lower nodes.
   auto sizes = store_->multi_get(lws_keys);
-  info.world_size = 0;
+  std::vector<int> local_world_sizes;
   for (int i = 0; i < n; ++i) {
-    const int lws = read_int(sizes[static_cast<size_t>(i)], "local world size of node " + std::to_string(i), 0);
-    if (i < options_.node_rank) info.base_rank += lws;
-    info.world_size += lws;
+    local_world_sizes.push_back(
+        read_int(sizes[static_cast<size_t>(i)], "local world size of node " + std::to_string(i), 0));
   }
+  const RankLayout layout = rank_layout(local_world_sizes);
+  info.base_rank = layout.base_ranks[static_cast<size_t>(options_.node_rank)];
+  info.world_size = layout.world_size;
   return info;
 }
 

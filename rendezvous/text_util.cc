@@ -4,14 +4,15 @@
 
 #include <charconv>
 
-namespace ddprun::rdzv {
+namespace ddprun {
 
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> out;
   size_t start = 0;
   while (true) {
     auto pos = text.find(sep, start);
-    out.emplace_back(text.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    out.emplace_back(
+        text.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
     if (pos == std::string_view::npos) return out;
     start = pos + 1;
   }
@@ -32,4 +33,4 @@ std::string local_hostname() {
   return host;
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun

@@ -1,6 +1,7 @@
-// Small helpers shared by every component (rendezvous, agent, launcher, worker SDK): splitting and reading
-// numbers in text, and this machine's host name. Pure except local_hostname() (one system call).
-// Thread-safe; nothing throws except std::bad_alloc.
+// Small helpers shared by every component: splitting and reading numbers in text, and this machine's host
+// name. Their own library, ddprun_text (rendezvous/CMakeLists.txt), at the lowest layer: the agent and the
+// launcher link it without the store. Pure except local_hostname() (one system call). Thread-safe; nothing
+// throws except std::bad_alloc.
 #pragma once
 
 #include <optional>
@@ -8,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddprun::rdzv {
+namespace ddprun {
 
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""} (always at least one part).
 std::vector<std::string> split(std::string_view text, char sep);
@@ -20,4 +21,4 @@ std::optional<long long> parse_int(std::string_view text);
 // gethostname(2) as given by the system (maybe a fully qualified name); "" when it fails.
 std::string local_hostname();
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun

@@ -23,7 +23,7 @@ log() { echo "bench-failover: $*" >&2; }
 [[ $(id -u) -eq 0 ]] || { log "needs root (network namespaces)"; exit 1; }
 "$python" -c 'import torch.distributed.run' 2>/dev/null || { log "$python has no torch (set TORCH_PYTHON)"; exit 1; }
 configs=${BENCH_FAILOVER_CONFIGS:-ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-2.6}
-source "$repo/scripts/bench/torch26_configs.sh"
+source "$repo/scripts/bench/common.sh"
 with_torch26 "$configs"
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"

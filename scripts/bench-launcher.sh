@@ -40,34 +40,13 @@ build=$(realpath -m "${1:-$repo/build-bench-launcher}")
 python=${TORCH_PYTHON:-/usr/bin/python3}
 
 log() { echo "bench-launcher: $*" >&2; }
+source "$repo/scripts/bench/common.sh"
 
 # ---- build ---------------------------------------------------------------------------------------------
-# fake_worker lives with the tests, so tests stay on (only the two targets are built). -Werror is off here:
-# GCC 12 at -O3 can report false -Wmaybe-uninitialized warnings (seen in agent/elastic_agent.cc); the test
-# builds keep -Werror on.
-if [[ ${BENCH_BUILD:-1} == 0 ]]; then
-  log "using $build as built (BENCH_BUILD=0)"
-  for program in "$build/launcher/ddprun" "$build/tests/bin/fake_worker"; do
-    [[ -x $program ]] || { log "missing $program"; exit 1; }
-  done
-else
-  log "building ddprun and fake_worker in $build (Release)"
-  mkdir -p "$build"
-  # In its own process group (setsid), waited for with `wait`, so that INT/TERM stop the build at once.
-  setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF &&
-    ninja -C "$2" -j2 ddprun fake_worker' build "$repo" "$build" >"$build/bench-launcher-build.log" 2>&1 &
-  build_pid=$!
-  trap 'kill -- -$build_pid 2>/dev/null; exit 130' INT TERM
-  if ! wait "$build_pid"; then
-    cat "$build/bench-launcher-build.log" >&2
-    log "build failed"
-    exit 1
-  fi
-  trap - INT TERM
-fi
+# fake_worker lives with the tests, so tests stay on (only the two targets are built).
+bench_build "$build/launcher/ddprun" "$build/tests/bin/fake_worker"
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 launchers=${BENCH_LAUNCHERS:-ddprun,torchrun,torchrun-0.1,torchrun-2.6}
-source "$repo/scripts/bench/torch26_configs.sh"
 torch26_args=()
 if launchers=$(torch26_configs "$launchers"); then
   torch26_args=(--torch26-root "$repo/scripts/torch26-root.sh")
@@ -88,30 +67,8 @@ if ! "$python" -c 'import torch.distributed.run' 2>/dev/null; then
 fi
 
 # ---- measure -------------------------------------------------------------------------------------------
-# Every process of the benchmark carries BENCH_LAUNCHER_TOKEN in its environment; on any exit, whatever still
-# holds it (the helper, a launcher, a worker) is killed. Only our own processes can carry this token.
-token="$$-$(date +%s%N)"
-helper_pid=""
-cleanup() {
-  if [[ -n $helper_pid ]]; then
-    kill "$helper_pid" 2>/dev/null || true
-    wait "$helper_pid" 2>/dev/null || true
-  fi
-  local env pid
-  for env in $(grep -lzxF "BENCH_LAUNCHER_TOKEN=$token" /proc/[0-9]*/environ 2>/dev/null); do
-    pid=${env#/proc/}
-    pid=${pid%/environ}
-    [[ $pid == "$$" ]] && continue
-    log "killing leftover process $pid"
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-nice_cmd=()
-[[ -n ${BENCH_NICE:-} ]] && nice_cmd=(nice -n "$BENCH_NICE")
-BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/launcher_bench.py" \
+# The helpers and everything they start carry the token of scripts/bench/common.sh: killed on any exit.
+run_marked "$python" "$repo/scripts/bench/launcher_bench.py" \
   --ddprun "$build/launcher/ddprun" --worker "$build/tests/bin/fake_worker" --python "$python" \
   "${torch26_args[@]}" --build-type "${build_type:-?}" --wrapper-reps "${BENCH_WRAPPER_REPS:-10}" \
   --nproc "${BENCH_NPROC:-8}" --reps-ddprun "${BENCH_REPS_DDPRUN:-20}" --reps-torch "${BENCH_REPS_TORCH:-7}" \
@@ -119,21 +76,15 @@ BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/laun
   --restart-reps-torch "${BENCH_RESTART_REPS_TORCH:-5}" \
   --stop-at "$((start + ${BENCH_DEADLINE_S:-600}))" \
   --launchers "$launchers" \
-  --token "$token" --json "$results_dir/bench-launcher.json" &
-helper_pid=$!
-wait "$helper_pid"
-helper_pid=""
+  --token "$bench_token" --json "$results_dir/bench-launcher.json"
 log "raw results: $results_dir/bench-launcher.json"
 
 # ---- agent cost per worker: ddprun against the kernel's cost of the same processes -----------------------
 if [[ ${BENCH_CURVE:-1} == 1 ]]; then
   echo
-  BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/spawn_curve.py" \
+  run_marked "$python" "$repo/scripts/bench/spawn_curve.py" \
     --ddprun "$build/launcher/ddprun" --worker "$build/tests/bin/fake_worker" \
     --sizes "${BENCH_CURVE_SIZES:-1,8,32,128}" --reps "${BENCH_CURVE_REPS:-15}" \
-    --token "$token" --json "$results_dir/bench-spawn-curve.json" &
-  helper_pid=$!
-  wait "$helper_pid"
-  helper_pid=""
+    --token "$bench_token" --json "$results_dir/bench-spawn-curve.json"
   log "raw results: $results_dir/bench-spawn-curve.json"
 fi

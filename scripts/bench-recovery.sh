@@ -33,66 +33,24 @@ build=$(realpath -m "${1:-$repo/build-bench-launcher}")
 python=${TORCH_PYTHON:-/usr/bin/python3}
 
 log() { echo "bench-recovery: $*" >&2; }
+source "$repo/scripts/bench/common.sh"
 
-if [[ ${BENCH_BUILD:-1} == 0 ]]; then
-  log "using $build as built (BENCH_BUILD=0)"
-  [[ -x $build/launcher/ddprun ]] || { log "missing $build/launcher/ddprun"; exit 1; }
-else
-  log "building ddprun in $build (Release)"
-  mkdir -p "$build"
-  # In its own process group (setsid), waited for with `wait`, so that INT/TERM stop the build at once.
-  setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF &&
-    ninja -C "$2" -j2 ddprun' build "$repo" "$build" >"$build/bench-recovery-build.log" 2>&1 &
-  build_pid=$!
-  trap 'kill -- -$build_pid 2>/dev/null; exit 130' INT TERM
-  if ! wait "$build_pid"; then
-    cat "$build/bench-recovery-build.log" >&2
-    log "build failed"
-    exit 1
-  fi
-  trap - INT TERM
-fi
+bench_build "$build/launcher/ddprun"
 if ! "$python" -c 'import torch.distributed.run' 2>/dev/null; then
   log "$python cannot import torch.distributed.run (set TORCH_PYTHON)"
   exit 1
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 configs=${BENCH_RECOVERY_CONFIGS:-ddprun-1.13,ddprun-1.13-prestart,ddprun-2.6,ddprun-2.6-prestart,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,torchrun-2.6-noshare}
-source "$repo/scripts/bench/torch26_configs.sh"
 with_torch26 "$configs"
 results_dir=${BENCH_RESULTS_DIR:-$build}
 mkdir -p "$results_dir"
 
-# Every process of the benchmark carries BENCH_LAUNCHER_TOKEN in its environment; on any exit, whatever still
-# holds it (the helper, a launcher, a worker) is killed. Only our own processes can carry this token.
-token="$$-$(date +%s%N)"
-helper_pid=""
-cleanup() {
-  if [[ -n $helper_pid ]]; then
-    kill "$helper_pid" 2>/dev/null || true
-    wait "$helper_pid" 2>/dev/null || true
-  fi
-  local env pid
-  for env in $(grep -lzxF "BENCH_LAUNCHER_TOKEN=$token" /proc/[0-9]*/environ 2>/dev/null); do
-    pid=${env#/proc/}
-    pid=${pid%/environ}
-    [[ $pid == "$$" ]] && continue
-    log "killing leftover process $pid"
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-nice_cmd=()
-[[ -n ${BENCH_NICE:-} ]] && nice_cmd=(nice -n "$BENCH_NICE")
-BENCH_LAUNCHER_TOKEN=$token "${nice_cmd[@]}" "$python" "$repo/scripts/bench/recovery_bench.py" \
+# The helper and everything it starts carry the token of scripts/bench/common.sh: killed on any exit.
+run_marked "$python" "$repo/scripts/bench/recovery_bench.py" \
   --ddprun "$build/launcher/ddprun" --train "$repo/scripts/examples/ddp_train.py" --python "$python" \
   "${torch26_args[@]}" --configs "$configs" --build-type "${build_type:-?}" \
   --reps "${BENCH_RECOVERY_REPS:-5}" --count-reps "${BENCH_RECOVERY_COUNT_REPS:-10}" \
   --timeout "${BENCH_RECOVERY_TIMEOUT:-60}" --stop-at "$((start + ${BENCH_DEADLINE_S:-1500}))" \
-  --token "$token" --json "$results_dir/bench-recovery.json" &
-helper_pid=$!
-wait "$helper_pid"
-helper_pid=""
+  --token "$bench_token" --json "$results_dir/bench-recovery.json"
 log "raw results: $results_dir/bench-recovery.json"

@@ -32,7 +32,7 @@ if (( $(ulimit -n) < largest + 64 )); then
   exit 1
 fi
 servers=${BENCH_SCALE_SERVERS:-ddprun,ddprun-legacy,torch-1.13,torch-2.6}
-source "$repo/scripts/bench/torch26_configs.sh"
+source "$repo/scripts/bench/common.sh"
 root_args=()
 if servers=$(torch26_configs "$servers"); then
   root_args=(--torch26-root "$repo/scripts/torch26-root.sh")

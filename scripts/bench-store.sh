@@ -37,6 +37,7 @@ python=${TORCH_PYTHON:-/usr/bin/python3}
 ops=(set get add)
 
 log() { echo "bench-store: $*" >&2; }
+source "$repo/scripts/bench/common.sh"
 
 # ---- build ---------------------------------------------------------------------------------------------
 log "building in $build (Release)"
@@ -66,16 +67,12 @@ log "ulimit -n: $(ulimit -n)"
 # ---- servers -----------------------------------------------------------------------------------------------
 work=$(mktemp -d)
 declare -A pid port
-cleanup() {
+stop_servers() {
   local p
-  for p in "${pid[@]}"; do
-    kill "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
+  for p in "${pid[@]}"; do stop_process "$p"; done
   rm -rf "$work"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+at_exit stop_servers
 
 # The torch 1.13 server: a master TCPStore (its daemon thread serves clients) in a Python that then sleeps.
 torch_server='

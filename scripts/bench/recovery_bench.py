@@ -23,7 +23,7 @@ Configurations (--configs), all `--standalone --nproc_per_node N --max_restarts 
   ddprun-2.6            ddprun, workers `--python scripts/torch26-python` (torch 2.6 in the Debian 13 root:
                         each worker passes through the root's wrapper, timed alone in the same run)
   ddprun-*-prestart     the same with --prestart (the default --prestart_delay 2): attempt 1 runs in the
-                        standbys started 2 s after attempt 0 (agent/prestart.h)
+                        standbys started 2 s after attempt 0 (agent/process/prestart.h)
   torchrun-1.13         torch 1.13's torchrun, defaults (--monitor_interval 5)
   torchrun-1.13-0.1     the same, --monitor_interval 0.1
   torchrun-2.6          torch 2.6's torchrun in the root (`torch26-root.sh run /usr/bin/torchrun`), defaults:

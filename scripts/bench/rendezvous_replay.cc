@@ -15,13 +15,13 @@
 // for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], CHECK
 // round, CHECK closed, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node whose
 // arrival makes the count min [WAITs for r0/full when min < max] and closes: ADD joined 0, COMPARE_SET
-// closed, WAIT + MULTI_GET the descriptors, rdzv::order_nodes, MULTI_SET the assignments, SET round; every
-// other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET assign/<i>.
-// Descriptors carry a standby endpoint (each node as if on a host of its own) and assignments the round's
-// successors, as with the store failover on.
-// The store must count the same requests per node as ddprun-rendezvous-sim does (11 for min = max): if
-// they differ, dynamic_rendezvous.cc changed and this replay must follow it. Only the main connection of
-// each node is opened (the watcher connection sends nothing during a round).
+// closed, WAIT + MULTI_GET the descriptors, rdzv::assign_ranks (rendezvous/c10d_round.h), MULTI_SET the
+// assignments, SET round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT
+// assign/<i>, WAIT + GET assign/<i>. Descriptors carry a standby endpoint (each node as if on a host of its
+// own) and assignments the round's successors, as with the store failover on. The store must count the same
+// requests per node as ddprun-rendezvous-sim does (11 for min = max): if they differ, dynamic_rendezvous.cc
+// changed and this replay must follow it. Only the main connection of each node is opened (the watcher
+// connection sends nothing during a round).
 //
 // Output: one JSON line like ddprun-rendezvous-sim's (wall_ms, phases_ms, requests_round, requests_per_node,
 // cpu_ms {store, clients}); exit 0 when the round completed and verified, 1 otherwise, 2 bad flags.
@@ -39,16 +39,14 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d_round.h"
 #include "rendezvous/store_failover.h"
 #include "rendezvous/store_server.h"
-#include "rendezvous/text_util.h"
 #include "rendezvous/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
 
@@ -73,14 +71,14 @@ std::string standby_of(int idx) {
 }
 
 // The round's successors as the closer writes them into every assignment: the first standbys by rank.
-std::string successors_of(const std::vector<std::string>& standby_by_rank) {
+rdzv::StoreFailover::Successors successors_of(const std::vector<std::string>& standby_by_rank) {
   rdzv::StoreFailover::Successors s;
   for (const auto& sb : standby_by_rank) {
     if (s.endpoints.size() == rdzv::StoreFailover::kSuccessors) break;
     std::string error;
     s.endpoints.push_back(*rdzv::parse_endpoint(sb, std::nullopt, error));
   }
-  return rdzv::StoreFailover::encode(s);
+  return s;
 }
 std::string rk(const std::string& k) {
   return kPrefix + "r0/" + k;
@@ -289,8 +287,11 @@ void Node::run() {
       call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, identity] {
         call(req(Op::kAdd, {rk("joined")}, {}, 1), Reply::kI64, [this, identity] {
           index_ = num - 1;
-          std::string desc =
-              identity + "|-1|" + std::to_string(local_world_size(idx_)) + "|" + standby_of(idx_);
+          const std::string desc =
+              rdzv::encode(rdzv::NodeDescriptor{.identity = identity,
+                                                .previous_rank = -1,
+                                                .local_world_size = local_world_size(idx_),
+                                                .standby = standby_of(idx_)});
           call(req(Op::kSet, {rk("node/" + std::to_string(index_))}, {desc}), Reply::kNone, [this] {
             auto after_full = [this] {
               if (index_ + 1 == round_.min) return close_round();
@@ -319,32 +320,16 @@ void Node::close_round() {
         call(req(Op::kWait, keys), Reply::kU8, [this, keys, count] {
           call(
               req(Op::kMultiGet, keys), Reply::kManyBytes,
-              [this, count] {
-                std::vector<std::string> ids, standbys;
-                std::vector<int> prev, lws;
+              [this] {
+                std::vector<rdzv::NodeDescriptor> descriptors;
                 for (const auto& d : strs) {
-                  auto f = rdzv::split(d, '|');
-                  ids.push_back(f.at(0));
-                  prev.push_back(std::stoi(f.at(1)));
-                  lws.push_back(std::stoi(f.at(2)));
-                  standbys.push_back(f.at(3));
+                  rdzv::UnreadableField why;
+                  descriptors.push_back(rdzv::decode_node_descriptor(d, why).value());
                 }
-                auto rank = rdzv::order_nodes(ids, prev);
-                std::vector<int> by_rank(static_cast<size_t>(count)), base(static_cast<size_t>(count), 0);
-                std::vector<std::string> standby_by_rank(static_cast<size_t>(count));
-                for (size_t i = 0; i < rank.size(); ++i) {
-                  by_rank[static_cast<size_t>(rank[i])] = lws[i];
-                  standby_by_rank[static_cast<size_t>(rank[i])] = standbys[i];
-                }
-                const std::string successors = successors_of(standby_by_rank);
-                for (size_t k = 1; k < by_rank.size(); ++k) base[k] = base[k - 1] + by_rank[k - 1];
-                int world = std::accumulate(by_rank.begin(), by_rank.end(), 0);
                 std::vector<std::string> keys, values;
-                for (size_t i = 0; i < rank.size(); ++i) {
-                  keys.push_back(rk("assign/" + std::to_string(i)));
-                  values.push_back(std::to_string(rank[i]) + "|" + std::to_string(count) + "|" +
-                                   std::to_string(base[static_cast<size_t>(rank[i])]) + "|" +
-                                   std::to_string(world) + "|" + successors);
+                for (const auto& a : rdzv::assign_ranks(descriptors)) {
+                  keys.push_back(rk("assign/" + std::to_string(keys.size())));
+                  values.push_back(rdzv::encode(a));
                 }
                 call(req(Op::kMultiSet, keys, values), Reply::kNone, [this] {
                   call(req(Op::kSet, {kPrefix + "round"}, {"0"}), Reply::kNone, [this] { finish(); });
@@ -385,11 +370,14 @@ std::string verify(const std::vector<std::unique_ptr<Node>>& nodes) {
     world += local_world_size(i);
     standbys.push_back(standby_of(i));
   }
-  const std::string successors = successors_of(standbys);
+  const rdzv::StoreFailover::Successors successors = successors_of(standbys);
   int base = 0;
   for (const auto& node : nodes) {  // every node is a newcomer: rank = identity order = idx
-    std::string want = std::to_string(node->idx()) + "|" + std::to_string(n) + "|" + std::to_string(base) +
-                       "|" + std::to_string(world) + "|" + successors;
+    const std::string want = rdzv::encode(rdzv::RankAssignment{.node_rank = node->idx(),
+                                                               .nodes = n,
+                                                               .base_rank = base,
+                                                               .world_size = world,
+                                                               .successors = successors});
     if (node->assignment != want)
       return "node " + std::to_string(node->idx()) + " got '" + node->assignment + "'";
     base += local_world_size(node->idx());

@@ -2,20 +2,19 @@
 // store on 127.0.0.1 that disappears at each step of a job. The agent must never throw, must end with the
 // documented exit code of what was lost when, and must leave no worker behind (a worker that hangs would make
 // run() hang: the test's time limit catches that).
-#include "agent/elastic_agent.h"
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <mutex>
-
-#include <unistd.h>
 #include <string>
 #include <vector>
 
+#include "agent/elastic_agent.h"
 #include "catch_compat.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store_server.h"
@@ -32,7 +31,9 @@ using ddprun::rdzv::RoundStop;
 // A store on its own thread that the test can make disappear (stop serving, close every connection) at once.
 class VanishingStore {
  public:
-  VanishingStore() : server_(std::make_unique<ddprun::rdzv::StoreServerThread>(ddprun::rdzv::StoreServerOptions{.host = "127.0.0.1"})) {
+  VanishingStore()
+      : server_(std::make_unique<ddprun::rdzv::StoreServerThread>(
+            ddprun::rdzv::StoreServerOptions{.host = "127.0.0.1"})) {
     port_ = server_->port();
   }
   uint16_t port() const { return port_; }
@@ -52,7 +53,8 @@ class VanishingStore {
 // note_local_failure and unresponsive_nodes), or before the watcher's first wait when vanish_at is -1.
 class VanishAtStep final : public ddprun::rdzv::RendezvousHandler {
  public:
-  VanishAtStep(std::unique_ptr<RendezvousHandler> inner, VanishingStore& store, int vanish_at, std::vector<std::string>& steps)
+  VanishAtStep(std::unique_ptr<RendezvousHandler> inner, VanishingStore& store, int vanish_at,
+               std::vector<std::string>& steps)
       : inner_(std::move(inner)), store_(store), vanish_at_(vanish_at), steps_(steps) {}
 
   const std::string& run_id() const override { return inner_->run_id(); }
@@ -61,16 +63,28 @@ class VanishAtStep final : public ddprun::rdzv::RendezvousHandler {
   RendezvousInfo do_next_rendezvous(int lws) override {
     return step("next_rendezvous", [&] { return inner_->next_rendezvous(lws); });
   }
-  RoundStop do_stop_round(const RoundStop& s) override { return step("stop_round", [&] { return inner_->stop_round(s); }); }
+  RoundStop do_stop_round(const RoundStop& s) override {
+    return step("stop_round", [&] { return inner_->stop_round(s); });
+  }
   std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override {
     if (vanish_at_ == -1) store_.vanish();
     return inner_->wait_round_stopped(timeout);
   }
-  void do_node_done() override { step("node_done", [&] { inner_->node_done(); }); }
-  void do_set_closed() override { step("set_closed", [&] { inner_->set_closed(); }); }
-  bool do_is_closed() override { return step("is_closed", [&] { return inner_->is_closed(); }); }
-  void do_shutdown() override { step("shutdown", [&] { inner_->shutdown(); }); }
-  void do_note_local_failure() override { step("note_local_failure", [&] { inner_->note_local_failure(); }); }
+  void do_node_done() override {
+    step("node_done", [&] { inner_->node_done(); });
+  }
+  void do_set_closed() override {
+    step("set_closed", [&] { inner_->set_closed(); });
+  }
+  bool do_is_closed() override {
+    return step("is_closed", [&] { return inner_->is_closed(); });
+  }
+  void do_shutdown() override {
+    step("shutdown", [&] { inner_->shutdown(); });
+  }
+  void do_note_local_failure() override {
+    step("note_local_failure", [&] { inner_->note_local_failure(); });
+  }
   std::vector<int> do_unresponsive_nodes() override {
     return step("unresponsive_nodes", [&] { return inner_->unresponsive_nodes(); });
   }
@@ -97,7 +111,7 @@ struct Outcome {
 // One node, one worker running fake_worker with `worker_flags`, max_restarts 1; the store vanishes at step
 // `vanish_at` (-1: when the watcher first waits; a number past the last step: never).
 Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at,
-               const std::function<void(AgentConfig&)>& adjust = {}) {
+                const std::function<void(AgentConfig&)>& adjust = {}) {
   VanishingStore store;
   ddprun::rdzv::StaticRendezvousOptions o;
   o.run_id = "vanish";
@@ -106,16 +120,16 @@ Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at,
   o.join_timeout = 3s;
   o.connect_timeout = 3s;
   Outcome out;
-  auto rdzv = std::make_unique<VanishAtStep>(std::make_unique<ddprun::rdzv::StaticRendezvous>(o), store, vanish_at,
-                                             out.steps);
+  auto rdzv = std::make_unique<VanishAtStep>(std::make_unique<ddprun::rdzv::StaticRendezvous>(o), store,
+                                             vanish_at, out.steps);
   AgentConfig c;
   std::vector<std::string> argv{FAKE_WORKER_PATH};
   argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
   c.workers = {{.argv = argv}};
   c.script_name = "fake_worker";
-  c.max_restarts = 1;
-  c.shutdown_grace = 2s;
-  c.exit_barrier_timeout = 5s;
+  c.supervision.max_restarts = 1;
+  c.supervision.shutdown_grace = 2s;
+  c.supervision.exit_barrier_timeout = 5s;
   c.base_env = {{"PATH", "/usr/bin:/bin"}};
   if (adjust) adjust(c);
   ElasticAgent agent(std::move(c), std::move(rdzv));
@@ -162,7 +176,8 @@ TEST_CASE("the store vanishing at each step of a failing job: every step ends wi
     int want = 7;  // after the last round's failure was published: the worker's own code
     if (step == "next_rendezvous") want = ddprun::agent::kExitRendezvousFailed;
     if (step == "unresponsive_nodes" || step == "stop_round") want = ddprun::agent::kExitStoreFailed;
-    if (step == "note_local_failure" && k < 5) want = ddprun::agent::kExitRendezvousFailed;  // restart fails to join
+    if (step == "note_local_failure" && k < 5)
+      want = ddprun::agent::kExitRendezvousFailed;  // restart fails to join
     CHECK(o.exit_code == want);
   }
 }
@@ -173,11 +188,12 @@ TEST_CASE("the store vanishing while a worker hangs: the worker is stopped and t
   CHECK(o.exit_code == ddprun::agent::kExitStoreFailed);
 }
 
-TEST_CASE("hang detection: workers that stop making progress are stopped, their stacks read with gdb (exit 6)") {
+TEST_CASE(
+    "hang detection: workers that stop making progress are stopped, their stacks read with gdb (exit 6)") {
   const auto log_dir = fs::temp_directory_path() / ("ddprun-hang-" + std::to_string(::getpid()));
   const Outcome o = run_job({"--hang"}, 1000, [&](AgentConfig& c) {
-    c.hang_timeout = 1s;
-    c.max_restarts = 0;
+    c.supervision.hang_timeout = 1s;
+    c.supervision.max_restarts = 0;
     c.log_dir = log_dir;
   });
   INFO(describe(o));
@@ -185,7 +201,8 @@ TEST_CASE("hang detection: workers that stop making progress are stopped, their 
   // gdb attached to the worker and wrote its stacks into the worker's stderr log (when gdb is installed).
   std::string log;
   for (const auto& e : fs::recursive_directory_iterator(log_dir)) {
-    if (e.path().filename() == "stderr.log") log += std::string(std::istreambuf_iterator<char>(std::ifstream(e.path()).rdbuf()), {});
+    if (e.path().filename() == "stderr.log")
+      log += std::string(std::istreambuf_iterator<char>(std::ifstream(e.path()).rdbuf()), {});
   }
   if (std::system("command -v gdb >/dev/null") == 0) CHECK(log.find("in main (") != std::string::npos);
   fs::remove_all(log_dir);

@@ -1,7 +1,7 @@
-// Unit tests for agent/event_log.h: torch's event lines, byte for byte. The expected lines were printed by
-// torch's own Event.serialize() (torch.distributed.elastic.events.api, 2.6) for the metadata that torch's
-// SimpleElasticAgent._construct_event builds; error files go to a fresh temporary directory.
-#include "agent/event_log.h"
+// Unit tests for agent/watchdog/event_log.h: torch's event lines, byte for byte. The expected lines were
+// printed by torch's own Event.serialize() (torch.distributed.elastic.events.api, 2.6) for the metadata that
+// torch's SimpleElasticAgent._construct_event builds; error files go to a fresh temporary directory.
+#include "agent/watchdog/event_log.h"
 
 #include <stdlib.h>
 
@@ -9,23 +9,16 @@
 #include <fstream>
 #include <string>
 
-#include "agent/worker_group.h"
+#include "agent/loop/job_events.h"  // worker_status_events
 #include "catch_compat.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddprun::agent;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-event-log-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using ddprun::testing::TempDir;
 
 StatusEvent agent_fields() {
   return StatusEvent{.run_id = "job-1",

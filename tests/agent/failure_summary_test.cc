@@ -3,7 +3,7 @@
 // torch 2.6 (ChildFailedError(name, {rank: ProcessFailure(...)}), TZ=UTC, socket.getfqdn patched to
 // "node1.example.com", error files with the same content as below); torch 1.13 prints the same.
 // The error files are written to a fresh temporary directory; TZ is set to UTC for the times.
-#include "agent/failure_summary.h"
+#include "agent/watchdog/failure_summary.h"
 
 #include <stdlib.h>
 
@@ -14,26 +14,14 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddprun::agent;
 
 namespace {
 
-// A temporary directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-failure-summary-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return path / name;
-  }
-};
+using ddprun::testing::TempDir;
 
 void utc() {
   ::setenv("TZ", "UTC", 1);
@@ -55,7 +43,7 @@ WorkerFailure exited(int rank, int local_rank, int pid, int exit_code, int signa
 }
 
 // A worker whose error file (written to `dir`, shown as `shown_path`) had this JSON content, as the agent
-// builds it (agent/elastic_agent.cc): message, traceback and time from the file.
+// builds it (agent/loop/agent_actions.cc): message, traceback and time from the file.
 WorkerFailure recorded(const TempDir& dir, int local_rank, int pid, const std::string& json,
                        const std::string& shown_path) {
   auto content = read_error_file(dir.write("e" + std::to_string(local_rank) + ".json", json));

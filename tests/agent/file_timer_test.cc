@@ -1,8 +1,6 @@
 // Unit tests of agent/file_timer: torch's FileTimer lines and the timer table (pure), and the server on a
 // real FIFO written the way torch's FileTimerClient writes it (open, one line, close).
-#include "agent/file_timer.h"
-
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+#include "agent/watchdog/file_timer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "catch_compat.h"
 
@@ -19,14 +18,17 @@ using namespace ddprun::agent;
 TEST_CASE("torch's timer request lines are read, anything else is refused with a reason") {
   std::string error;
   auto r = parse_timer_request(
-      R"({"version": 1, "pid": 4242, "scope_id": "load", "expiration_time": 1764000000.5, "signal": 9})", error);
+      R"({"version": 1, "pid": 4242, "scope_id": "load", "expiration_time": 1764000000.5, "signal": 9})",
+      error);
   REQUIRE(r);
   CHECK(*r == TimerRequest{4242, "load", 1764000000.5, 9});
-  CHECK(parse_timer_request(R"({"version": 1, "pid": 1, "scope_id": "x", "expiration_time": -1, "signal": 0})", error)
+  CHECK(parse_timer_request(
+            R"({"version": 1, "pid": 1, "scope_id": "x", "expiration_time": -1, "signal": 0})", error)
             ->expiration_time == -1);
   CHECK_FALSE(parse_timer_request("garbage", error));
   CHECK(error == "not a JSON object");
-  CHECK_FALSE(parse_timer_request(R"({"pid": "1", "scope_id": "x", "expiration_time": 1, "signal": 9})", error));
+  CHECK_FALSE(
+      parse_timer_request(R"({"pid": "1", "scope_id": "x", "expiration_time": 1, "signal": 9})", error));
   CHECK(error == "expected pid, scope_id, expiration_time and signal");
 }
 
@@ -73,7 +75,8 @@ TEST_CASE("the server reads clients' lines from its FIFO and reports the expired
          R"(, "signal": 9})" + "\n");
     send("not json\n");
     send(R"({"version": 1, "pid": 78, "scope_id": "gone", "expiration_time": )" + std::to_string(now + 0.1) +
-         R"(, "signal": 9})" + "\n" + R"({"version": 1, "pid": 78, "scope_id": "gone", "expiration_time": -1, "signal": 0})" + "\n");
+         R"(, "signal": 9})" + "\n" +
+         R"({"version": 1, "pid": 78, "scope_id": "gone", "expiration_time": -1, "signal": 0})" + "\n");
     io.run_for(std::chrono::seconds(10));
     CHECK(server.requests() == 3);
   }

@@ -101,7 +101,7 @@ TEST_CASE("LogLayout: an attempt holds directories only; a worker gets the files
   c.workers[3].output = {.stdout_to_file = true, .stderr_to_file = true};  // -r 3:3
   ddprun::rdzv::RendezvousInfo info;
   info.world_size = 4;
-  auto launches = worker_launches(c, info, paths, {0, 1, 2, 3}, "job");
+  auto launches = worker_launches(c, info, paths, "job");
   auto files = [&](const WorkerLaunch& w) {
     return std::make_pair(w.stdout_file.empty() ? "" : w.stdout_file.filename().string(),
                           w.stderr_file.empty() ? "" : w.stderr_file.filename().string());
@@ -113,8 +113,9 @@ TEST_CASE("LogLayout: an attempt holds directories only; a worker gets the files
   for (const auto& w : launches)
     CHECK(w.env.at("TORCHELASTIC_ERROR_FILE") == paths[w.local_rank].error_file.string());
 
-  c.hang_timeout = std::chrono::seconds(60);  // ddprun's hang detection reads every rank's stderr.log
-  launches = worker_launches(c, info, paths, {0, 1, 2, 3}, "job");
+  c.supervision.hang_timeout =
+      std::chrono::seconds(60);  // ddprun's hang detection reads every rank's stderr.log
+  launches = worker_launches(c, info, paths, "job");
   for (const auto& w : launches) CHECK(w.stderr_file == paths[w.local_rank].stderr_file);
   fs::remove_all(name);
 }

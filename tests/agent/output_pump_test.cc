@@ -1,6 +1,6 @@
-// Unit tests for the duplicate filters' line matcher (agent/output_pump.h): torch's
+// Unit tests for the duplicate filters' line matcher (agent/process/output_pump.h): torch's
 // `any(needle in line for needle in filters)` on a line with its '\n'.
-#include "agent/output_pump.h"
+#include "agent/process/output_pump.h"
 
 #include <string>
 #include <vector>

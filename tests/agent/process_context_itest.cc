@@ -1,5 +1,5 @@
 // Integration tests of ProcessContext: real worker processes (tests/bin/fake_worker).
-#include "agent/process_context.h"
+#include "agent/process/process_context.h"
 
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
@@ -27,8 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/prestart.h"
+#include "agent/process/prestart.h"
 #include "catch_compat.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -42,22 +43,7 @@ using ddprun::agent::WorkerLaunch;
 const std::string kFakeWorker = FAKE_WORKER_PATH;
 constexpr auto kLimit = 30s;  // bound of every wait; never reached when things work
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/ddprun-agent-test-XXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    path_ = name;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using ddprun::testing::TempDir;
 
 // Runs io until pred() holds or kLimit passes; returns pred().
 bool run_until(asio::io_context& io, const std::function<bool()>& pred) {

@@ -1,12 +1,12 @@
 // Unit tests of the pure parts of the orphan guard: /proc/<pid>/stat lines and ppid trees
-// (agent/process_tree.h), /proc/self/cgroup and mountinfo to the workers' cgroup directory
-// (agent/worker_cgroup.h).
-#include "agent/process_tree.h"
+// (agent/process/process_tree.h), /proc/self/cgroup and mountinfo to the workers' cgroup directory
+// (agent/process/worker_cgroup.h).
+#include "agent/process/process_tree.h"
 
 #include <string>
 #include <vector>
 
-#include "agent/worker_cgroup.h"
+#include "agent/process/worker_cgroup.h"
 #include "catch_compat.h"
 
 using namespace ddprun::agent;
@@ -34,10 +34,11 @@ TEST_CASE("malformed /proc/<pid>/stat text is refused") {
 TEST_CASE("descendants follow ppid chains from the root, without the root and the skipped subtree") {
   // 100 (agent) -> 101 (guard) -> 106; 100 -> 102 (worker) -> 103 -> 104; 100 -> 105 (adopted orphan);
   // 1 -> 200 (unrelated) -> 201.
-  const std::vector<ProcStat> table = {
-      {1, 'S', 0, 1, 1},       {100, 'S', 1, 100, 100}, {101, 'S', 100, 101, 100}, {102, 'S', 100, 102, 100},
-      {103, 'S', 102, 102, 100}, {104, 'Z', 103, 104, 104}, {105, 'S', 100, 105, 105}, {106, 'S', 101, 101, 100},
-      {200, 'S', 1, 200, 200}, {201, 'S', 200, 200, 200}};
+  const std::vector<ProcStat> table = {{1, 'S', 0, 1, 1},         {100, 'S', 1, 100, 100},
+                                       {101, 'S', 100, 101, 100}, {102, 'S', 100, 102, 100},
+                                       {103, 'S', 102, 102, 100}, {104, 'Z', 103, 104, 104},
+                                       {105, 'S', 100, 105, 105}, {106, 'S', 101, 101, 100},
+                                       {200, 'S', 1, 200, 200},   {201, 'S', 200, 200, 200}};
   CHECK(descendants(table, 100) == std::vector<pid_t>{101, 102, 103, 104, 105, 106});
   CHECK(descendants(table, 100, 101) == std::vector<pid_t>{102, 103, 104, 105});
   CHECK(descendants(table, 102) == std::vector<pid_t>{103, 104});

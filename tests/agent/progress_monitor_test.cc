@@ -1,6 +1,6 @@
 // Unit tests of agent/progress_monitor: when a group counts as hung (pure, time passed in), and the /proc
 // sampler on this very process.
-#include "agent/progress_monitor.h"
+#include "agent/watchdog/progress_monitor.h"
 
 #include <unistd.h>
 
@@ -97,7 +97,7 @@ TEST_CASE("stragglers: a rank whose steps stay 1.5x the local median for 5 sampl
   CHECK(t.observe(steps).empty());
   steps[2] = 0.5;
   for (int i = 0; i < 4; ++i) CHECK(t.observe(steps).empty());
-  CHECK(t.observe(steps).size() == 1);  // slow again for a whole window: reported again
+  CHECK(t.observe(steps).size() == 1);                    // slow again for a whole window: reported again
   CHECK(StragglerTracker().observe({{0, 1.0}}).empty());  // one rank: nothing to compare with
 }
 

@@ -1,6 +1,6 @@
 // Unit tests of agent/stack_dump: reading faulthandler and gdb dumps (texts as torch 1.13 workers and gdb 13
 // wrote them here) and the summary that groups ranks by where they are.
-#include "agent/stack_dump.h"
+#include "agent/watchdog/stack_dump.h"
 
 #include "catch_compat.h"
 
@@ -63,7 +63,8 @@ TEST_CASE("gdb: thread 1's frames, with the file and line or the library") {
   REQUIRE(s.size() == 2);
   CHECK(s[0] == StackFrame{"__libc_pause", "../sysdeps/unix/sysv/linux/pause.c", 29});
   CHECK(s[1] == StackFrame{"main", "/work/main/tests/bin/fake_worker.cc", 289});
-  std::string lib_only = "Thread 1 (Thread 0x7f (LWP 1) \"p\"):\n#0  0x00007f in poll () from /lib/libc.so.6\n";
+  std::string lib_only =
+      "Thread 1 (Thread 0x7f (LWP 1) \"p\"):\n#0  0x00007f in poll () from /lib/libc.so.6\n";
   CHECK(parse_stack_dump(lib_only) == Stack{{"poll", "/lib/libc.so.6", 0}});
   CHECK(frame_text({"poll", "/lib/libc.so.6", 0}) == "poll (libc.so.6)");
 }
@@ -74,14 +75,16 @@ TEST_CASE("the summary names the odd rank out first, then the ranks that agree")
                               {2, parse_stack_dump(kSleepingRank)},
                               {3, {}}};
   CHECK(summarize_stacks(stacks) ==
-        "rank 2: <module> (hang_train.py:19) → main (hang_train.py:13) → stuck_in_data_loading (hang_train.py:5)"
+        "rank 2: <module> (hang_train.py:19) → main (hang_train.py:13) → stuck_in_data_loading "
+        "(hang_train.py:5)"
         " · rank 3: (no stack)"
         " · ranks 0,1: main (hang_train.py:15) → backward (_tensor.py:488) → backward (__init__.py:197)");
   CHECK(summarize_stacks({{0, parse_stack_dump(kSleepingRank)}}, 1) ==
         "rank 0: stuck_in_data_loading (hang_train.py:5)");
 }
 
-TEST_CASE("the Python hook registers faulthandler on $DDPRUN_STACK_SIGNAL and chains the shadowed sitecustomize") {
+TEST_CASE(
+    "the Python hook registers faulthandler on $DDPRUN_STACK_SIGNAL and chains the shadowed sitecustomize") {
   std::string hook = python_stack_hook();
   CHECK(hook.find("faulthandler.register(signum, all_threads=True") != std::string::npos);
   CHECK(hook.find("DDPRUN_STACK_SIGNAL") != std::string::npos);

@@ -1,5 +1,5 @@
 // Unit tests of agent/terminal's decisions: who reads the terminal, what a stopped worker's error line says.
-#include "agent/terminal.h"
+#include "agent/process/terminal.h"
 
 #include <csignal>
 #include <string>

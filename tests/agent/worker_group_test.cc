@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/worker_launches.h"  // make_worker_group
 #include "catch_compat.h"
 
 using namespace ddprun::agent;
@@ -18,7 +19,8 @@ namespace {
 // Node 1 of 2 in round 3, two local workers (ranks 2 and 3), restarts left.
 struct Fixture {
   WorkerGroup g;
-  SupervisionPolicy p{.max_restarts = 2, .restarts_done = 0, .host = "node-b"};
+  SupervisionPolicy p{.max_restarts = 2};
+  JobState job{.host = "node-b"};
 
   Fixture() {
     g.round.round = 3;
@@ -26,14 +28,15 @@ struct Fixture {
     g.round.group_world_size = 2;
     g.round.base_rank = 2;
     g.round.world_size = 4;
-    for (int lr = 0; lr < 2; ++lr) g.workers.push_back(Worker{.local_rank = lr, .rank = 2 + lr, .pid = 100 + lr});
+    for (int lr = 0; lr < 2; ++lr)
+      g.workers.push_back(Worker{.local_rank = lr, .rank = 2 + lr, .pid = 100 + lr});
   }
 
-  std::vector<Action> on(GroupEvent e) { return supervise(g, e, p); }
+  std::vector<Action> on(GroupEvent e) { return supervise(g, job, e, p); }
   std::vector<Action> exited(int local_rank, ExitStatus status, std::string error_file = "") {
     GroupEvent e{.kind = EK::kWorkerExited, .local_rank = local_rank, .status = status};
     if (!status.success()) {
-      e.failure = WorkerFailure{.host = p.host,
+      e.failure = WorkerFailure{.host = job.host,
                                 .rank = 2 + local_rank,
                                 .local_rank = local_rank,
                                 .exit_code = status.exit_code,
@@ -69,7 +72,8 @@ std::string logs(const std::vector<Action>& actions) {
   return out;
 }
 
-RoundStop peer_stop(RoundStop::Kind kind, int exit_code = 1, std::string detail = "rank 0 on node-a: exit code 1") {
+RoundStop peer_stop(RoundStop::Kind kind, int exit_code = 1,
+                    std::string detail = "rank 0 on node-a: exit code 1") {
   return RoundStop{kind, 0, std::move(detail), exit_code};
 }
 
@@ -124,6 +128,9 @@ TEST_CASE("a failed worker: the group is stopped first, liveness probed after, t
   REQUIRE(kinds(a) == std::vector{AK::kPrintSummary, AK::kNoteLocalFailure, AK::kFinish});
   CHECK(a.back().outcome == Outcome::kRestart);
   CHECK(a.back().exit_code == 7);
+  // The restart is counted where it is decided.
+  CHECK(f.job.restarts_done == 1);
+  CHECK(logs(a) == "restarting the worker group (1 of 2 restarts)\n");
 }
 
 TEST_CASE("a failure that is the echo of a dead node re-forms without counting a restart") {
@@ -140,6 +147,7 @@ TEST_CASE("a failure that is the echo of a dead node re-forms without counting a
   REQUIRE(kinds(a) == std::vector{AK::kFinish});
   CHECK(a.back().outcome == Outcome::kRejoin);
   CHECK(logs(a) == "membership changed (node(s) 0 lost): joining the next round\n");
+  CHECK(f.job.restarts_done == 0);
 }
 
 TEST_CASE("a peer's stop wins over this node's later failure and stops the group with SIGTERM") {
@@ -154,8 +162,8 @@ TEST_CASE("a peer's stop wins over this node's later failure and stops the group
   CHECK(f.g.failures.empty());
   a = f.stopped();
   REQUIRE(kinds(a) == std::vector{AK::kFinish});
-  CHECK(a[0].outcome == Outcome::kRestart);
-  CHECK(a[0].exit_code == 3);  // the peer's root cause
+  CHECK(a.back().outcome == Outcome::kRestart);
+  CHECK(a.back().exit_code == 3);  // the peer's root cause
 }
 
 TEST_CASE("a stopping group's worker that failed by itself (error file) joins the failures") {
@@ -168,7 +176,7 @@ TEST_CASE("a stopping group's worker that failed by itself (error file) joins th
 
 TEST_CASE("with no restarts left a failure ends the job with the first failure's code") {
   Fixture f;
-  f.p.restarts_done = 2;
+  f.job.restarts_done = 2;
   f.exited(0, ExitStatus{.signal = SIGSEGV});
   auto a = f.on(GroupEvent{.kind = EK::kLivenessProbed});
   f.on(GroupEvent{.kind = EK::kStopPublished, .stop = a[0].stop});
@@ -270,8 +278,9 @@ TEST_CASE("the same signal arriving after a peer forwarded it is not a second si
 TEST_CASE("a peer's shutdown by signal stops these workers with that signal and maps its exit code") {
   Fixture f;
   f.p.signal_exit_codes[SIGUSR2] = 75;
-  auto a = f.on(GroupEvent{.kind = EK::kRoundStopped,
-                           .stop = RoundStop{RoundStop::Kind::kShutdown, 0, "node 0 got SIGUSR2", 128 + SIGUSR2}});
+  auto a =
+      f.on(GroupEvent{.kind = EK::kRoundStopped,
+                      .stop = RoundStop{RoundStop::Kind::kShutdown, 0, "node 0 got SIGUSR2", 128 + SIGUSR2}});
   CHECK(find(a, AK::kStopWorkers).signal == SIGUSR2);
   a = f.stopped();
   CHECK(a.back().outcome == Outcome::kExit);
@@ -346,7 +355,8 @@ TEST_CASE("a worker that cannot be started: kill the others, tell the peers, exi
 
 TEST_CASE("a finished group ignores what comes late") {
   Fixture f;
-  f.on(GroupEvent{.kind = EK::kRoundStopped, .stop = peer_stop(RoundStop::Kind::kMembership, 0, "node 2 joined")});
+  f.on(GroupEvent{.kind = EK::kRoundStopped,
+                  .stop = peer_stop(RoundStop::Kind::kMembership, 0, "node 2 joined")});
   CHECK(f.stopped().back().outcome == Outcome::kRejoin);
   CHECK(f.on(GroupEvent{.kind = EK::kSignal, .signal = SIGTERM}).empty());
   CHECK(f.on(GroupEvent{.kind = EK::kGroupStopped}).empty());
@@ -373,24 +383,30 @@ TEST_CASE("make_worker_group resolves each local rank's launch for the round") {
 namespace {
 
 Stack waiting() {
-  return {{"backward", "/torch/_tensor.py", 488}, {"main", "/x/train.py", 15}, {"<module>", "/x/train.py", 19}};
+  return {
+      {"backward", "/torch/_tensor.py", 488}, {"main", "/x/train.py", 15}, {"<module>", "/x/train.py", 19}};
 }
 Stack sleeping() {
-  return {{"stuck_in_data_loading", "/x/train.py", 5}, {"main", "/x/train.py", 13}, {"<module>", "/x/train.py", 19}};
+  return {{"stuck_in_data_loading", "/x/train.py", 5},
+          {"main", "/x/train.py", 13},
+          {"<module>", "/x/train.py", 19}};
 }
 
 }  // namespace
 
-TEST_CASE("a hang: capture the stacks, then fail the group naming the odd rank out (exit 6 when no restart)") {
+TEST_CASE(
+    "a hang: capture the stacks, then fail the group naming the odd rank out (exit 6 when no restart)") {
   Fixture f;
   f.p.hang_timeout = std::chrono::seconds(15);
-  f.p.restarts_done = 2;
+  f.job.restarts_done = 2;
   auto a = f.on(GroupEvent{.kind = EK::kHung});
   CHECK(kinds(a) == std::vector{AK::kCaptureStacks});
-  CHECK(logs(a) == "no rank made progress for 15 s (--hang_timeout): capturing every rank's stack, then stopping "
-                   "the group\n");
+  CHECK(logs(a) ==
+        "no rank made progress for 15 s (--hang_timeout): capturing every rank's stack, then stopping "
+        "the group\n");
   CHECK(f.on(GroupEvent{.kind = EK::kHung}).empty());  // once
-  a = f.on(GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, sleeping()}}, .time = 1000});
+  a = f.on(
+      GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, sleeping()}}, .time = 1000});
   CHECK(kinds(a) == std::vector{AK::kStopWorkers, AK::kProbeLiveness});
   CHECK(logs(a).find("where the ranks are: rank 2: <module> (train.py:19)") == 0);
   REQUIRE(f.g.failures.size() == 1);
@@ -427,14 +443,17 @@ TEST_CASE("a hang reported while the group already stops changes nothing") {
   CHECK(f.on(GroupEvent{.kind = EK::kHung}).empty());
 }
 
-TEST_CASE("a missed FileTimer deadline: stacks first, then the timer's signal to that pid, then a named failure") {
+TEST_CASE(
+    "a missed FileTimer deadline: stacks first, then the timer's signal to that pid, then a named failure") {
   Fixture f;
-  auto a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = 1, .signal = SIGKILL, .pid = 101, .scope = "load"});
+  auto a = f.on(GroupEvent{
+      .kind = EK::kDeadlineMissed, .local_rank = 1, .signal = SIGKILL, .pid = 101, .scope = "load"});
   REQUIRE(kinds(a) == std::vector{AK::kCaptureStacks, AK::kSignalProcess});
   CHECK(a.back().pid == 101);
   CHECK(a.back().signal == SIGKILL);
-  CHECK(logs(a) == "rank 3 missed its deadline (scope load): capturing every rank's stack, then sending SIGKILL to "
-                   "pid 101\n");
+  CHECK(logs(a) ==
+        "rank 3 missed its deadline (scope load): capturing every rank's stack, then sending SIGKILL to "
+        "pid 101\n");
   f.on(GroupEvent{.kind = EK::kStacksCaptured, .stacks = {{2, waiting()}, {3, sleeping()}}});
   CHECK(f.g.failures.empty());  // not a hang: the worker's own exit is the failure
   f.exited(1, ExitStatus{.signal = SIGKILL});
@@ -445,10 +464,12 @@ TEST_CASE("a missed FileTimer deadline: stacks first, then the timer's signal to
 
 TEST_CASE("a deadline without a signal, or of a process that is not a worker") {
   Fixture f;
-  auto a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = 0, .signal = 0, .pid = 100, .scope = "s"});
+  auto a =
+      f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = 0, .signal = 0, .pid = 100, .scope = "s"});
   CHECK(kinds(a).empty());
   CHECK(logs(a) == "rank 2 missed its deadline (scope s) and asked for no signal: nothing done\n");
-  a = f.on(GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = -1, .signal = SIGTERM, .pid = 555, .scope = "s"});
+  a = f.on(
+      GroupEvent{.kind = EK::kDeadlineMissed, .local_rank = -1, .signal = SIGTERM, .pid = 555, .scope = "s"});
   CHECK(kinds(a) == std::vector{AK::kSignalProcess});
   CHECK(logs(a) == "pid 555 (not a worker) missed its deadline (scope s): sending it SIGTERM\n");
 }

@@ -25,7 +25,7 @@ AgentConfig two_workers() {
   c.workers[1].output.stderr_to_console = false;
   c.base_env = {{"HOME", "/home/u"}};
   c.set_omp_threads = true;
-  c.max_restarts = 3;
+  c.supervision.max_restarts = 3;
   c.node_tag = "n1";
   return c;
 }
@@ -53,7 +53,7 @@ std::vector<WorkerLogPaths> paths(int n) {
 TEST_CASE("worker_launches: one launch per local rank with its ranks and the round's environment",
           "[worker_launches]") {
   const auto p = paths(2);
-  auto ws = worker_launches(two_workers(), node_1_round_2(), p, {4, 5}, "job-42");
+  auto ws = worker_launches(two_workers(), node_1_round_2(), p, "job-42");
   REQUIRE(ws.size() == 2);
   for (int lr = 0; lr < 2; ++lr) {
     const WorkerLaunch& w = ws[static_cast<size_t>(lr)];
@@ -99,7 +99,7 @@ TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") 
   ddprun::rdzv::RendezvousInfo info;  // round 0 of a one-node job
   info.store_host = "127.0.0.1";
   info.store_port = 1234;
-  auto ws = worker_launches(c, info, paths(1), {0}, "none");
+  auto ws = worker_launches(c, info, paths(1), "none");
   REQUIRE(ws.size() == 1);
   CHECK(ws[0].prefix == "[default0]:");
   CHECK_FALSE(ws[0].whole_lines);  // alone on the console: lines pass through as they come
@@ -112,21 +112,20 @@ TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") 
 TEST_CASE("worker_launches: hang detection and torch's FileTimer add their variables", "[worker_launches]") {
   AgentConfig c = two_workers();
   auto env_of = [&](const AgentConfig& config) {
-    return worker_launches(config, node_1_round_2(), paths(2), {4, 5}, "job").at(1).env;
+    return worker_launches(config, node_1_round_2(), paths(2), "job").at(1).env;
   };
   Env plain = env_of(c);
-  for (const char* name : {"DDPRUN_PROGRESS_FILE", "DDPRUN_STACK_SIGNAL", "PYTHONPATH", "TORCHELASTIC_TIMER_FILE",
-                           "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
+  for (const char* name : {"DDPRUN_PROGRESS_FILE", "DDPRUN_STACK_SIGNAL", "PYTHONPATH",
+                           "TORCHELASTIC_TIMER_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
     CHECK_FALSE(plain.count(name));
   }
 
-  c.hang_timeout = std::chrono::seconds(30);
+  c.supervision.hang_timeout = std::chrono::seconds(30);
   c.base_env["PYTHONPATH"] = "/site";
   c.base_env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "50";  // the user's wins
   Env hang = env_of(c);
   // Stack dumps and progress are read from stderr.log: written with hang detection even without -r/-t.
-  CHECK(worker_launches(c, node_1_round_2(), paths(2), {4, 5}, "job").at(0).stderr_file ==
-        paths(2)[0].stderr_file);
+  CHECK(worker_launches(c, node_1_round_2(), paths(2), "job").at(0).stderr_file == paths(2)[0].stderr_file);
   CHECK(hang.at("DDPRUN_PROGRESS_FILE") == "/logs/job_x/attempt_2/1/progress");
   CHECK(hang.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
   CHECK(hang.at("DDPRUN_STACK_SIGNAL") == std::to_string(SIGRTMIN + 3));
@@ -136,7 +135,7 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   CHECK(hang.at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/logs/job_x/attempt_2/1/nccl_trace_pipe_rank_");
   CHECK_FALSE(hang.count("TORCHELASTIC_TIMER_FILE"));
 
-  c.hang_timeout = std::chrono::seconds(0);
+  c.supervision.hang_timeout = std::chrono::seconds(0);
   c.base_env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
   Env timer = env_of(c);
   CHECK(timer.at("TORCHELASTIC_TIMER_FILE") == "/logs/job_x/timer_fifo");
@@ -151,7 +150,7 @@ TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each l
   const auto p = paths(2);
   SECTION("by default LOCAL_RANK is the local rank, CUDA_VISIBLE_DEVICES inherited, no CPU binding") {
     c.base_env["CUDA_VISIBLE_DEVICES"] = "2,3";
-    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    auto ws = worker_launches(c, node_1_round_2(), p, "job-42");
     CHECK(ws[1].env.at("LOCAL_RANK") == "1");
     CHECK(ws[1].env.at("CUDA_VISIBLE_DEVICES") == "2,3");
     CHECK(ws[1].cpu_affinity.empty());
@@ -159,7 +158,7 @@ TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each l
   SECTION("virtual local rank: LOCAL_RANK=0, each worker its own entry of CUDA_VISIBLE_DEVICES") {
     c.virtual_local_rank = true;
     c.base_env["CUDA_VISIBLE_DEVICES"] = "2, 3";
-    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    auto ws = worker_launches(c, node_1_round_2(), p, "job-42");
     CHECK(ws[0].env.at("LOCAL_RANK") == "0");
     CHECK(ws[1].env.at("LOCAL_RANK") == "0");
     CHECK(ws[0].env.at("CUDA_VISIBLE_DEVICES") == "2");
@@ -169,7 +168,7 @@ TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each l
   SECTION("the CPUs of each worker travel to its launch") {
     c.workers[0].cpu_affinity = {0, 1};
     c.workers[1].cpu_affinity = {2, 3};
-    auto ws = worker_launches(c, node_1_round_2(), p, {4, 5}, "job-42");
+    auto ws = worker_launches(c, node_1_round_2(), p, "job-42");
     CHECK(ws[0].cpu_affinity == std::vector<int>{0, 1});
     CHECK(ws[1].cpu_affinity == std::vector<int>{2, 3});
   }

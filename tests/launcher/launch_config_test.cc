@@ -104,10 +104,9 @@ std::vector<ValueFlag> value_flags() {
       {{"-t", "--tee"}, "PET_TEE", {}, "0:1,1:2", [](C c) { return describe(c.tee); }, "0:1,1:2"},
       {{"--local_ranks_filter", "--local-ranks-filter"}, "PET_LOCAL_RANKS_FILTER", {}, "2,0", filter, "0 2"},
       {{"--node_rank", "--node-rank"}, "PET_NODE_RANK", {"--nnodes", "2"}, "1", [=](C c) { return num(c.node_rank); }, "1"},
-      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "10.1.2.3", [](C c) { return c.master_addr; }, "10.1.2.3"},
-      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "[::1]", [](C c) { return c.master_addr; }, "::1"},
-      {{"--master_port", "--master-port"}, "PET_MASTER_PORT", {}, "1234",
-       [=](C c) { return num(c.master_port) + num(c.master_port_given); }, "12341"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "10.1.2.3", [](C c) { return c.rdzv_endpoint.host; }, "10.1.2.3"},
+      {{"--master_addr", "--master-addr"}, "PET_MASTER_ADDR", {}, "[::1]", [](C c) { return c.rdzv_endpoint.host; }, "::1"},
+      {{"--master_port", "--master-port"}, "PET_MASTER_PORT", {}, "1234", [=](C c) { return num(c.rdzv_endpoint.port); }, "1234"},
       {{"--local_addr", "--local-addr"}, "PET_LOCAL_ADDR", {}, "node7", [](C c) { return c.local_addr; }, "node7"},
       {{"--signals_to_handle", "--signals-to-handle"}, "PET_SIGNALS_TO_HANDLE", {}, "SIGUSR1,15", signals,
        num(SIGUSR1) + " 15"},
@@ -150,9 +149,6 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.tee == StdSpec{});
   CHECK_FALSE(c.local_ranks_filter.has_value());
   CHECK(c.node_rank == 0);
-  CHECK(c.master_addr == "127.0.0.1");
-  CHECK(c.master_port == 29500);
-  CHECK_FALSE(c.master_port_given);
   CHECK(c.local_addr.empty());
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
   CHECK(c.shutdown_timeout == 30);
@@ -233,12 +229,12 @@ TEST_CASE("command-line flags win over PET_ variables and empty PET_ variables a
                  {{"PET_NPROC_PER_NODE", "4"}, {"PET_MASTER_PORT", "x"}, {"PET_NNODES", ""}});
   REQUIRE(o.result.exit_code == 0);
   CHECK(o.config.nproc_per_node == 2);
-  CHECK(o.config.master_port == 1);
+  CHECK(o.config.rdzv_endpoint.port == 1);
   CHECK(o.config.min_nodes == 1);
   // Unrelated variables are not read.
   auto p = parse({"train.py"}, {{"NNODES", "4"}, {"MASTER_PORT", "1"}, {"nproc_per_node", "3"}});
   CHECK(p.config.min_nodes == 1);
-  CHECK(p.config.master_port == 29500);
+  CHECK(p.config.rdzv_endpoint.port == 29500);
   CHECK(p.config.nproc_per_node == 1);
   // A repeated flag: the last one wins, as with argparse.
   CHECK(parse({"--nproc_per_node", "2", "--nproc-per-node", "3", "train.py"}).config.nproc_per_node == 3);
@@ -624,7 +620,8 @@ TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --
     Args argv{"/usr/bin/ddprun-launch"};
     argv.insert(argv.end(), args.begin(), args.end());
     Outcome o;
-    o.result = parse_launch_config(argv, {}, [] { return 0; }, o.config);
+    o.result = parse_launch_config(
+        argv, {}, [] { return 0; }, o.config);
     return o;
   };
   auto dash = launch({"--local-rank-style", "dash", "--python", "py", "t.py", "a"});
@@ -723,8 +720,8 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
 namespace {
 
 // Two GPUs on NUMA node 1 (CPUs 4-7, no hyperthreads, one L3), node 0 has CPUs 0-3.
-ddprun::agent::NumaMachine two_gpus_on_node_1() {
-  ddprun::agent::NumaMachine m;
+ddprun::launcher::NumaMachine two_gpus_on_node_1() {
+  ddprun::launcher::NumaMachine m;
   m.nodes = {0, 1};
   m.node_cpus = {{0, {0, 1, 2, 3}}, {1, {4, 5, 6, 7}}};
   for (int c = 0; c < 8; ++c) {
@@ -737,7 +734,7 @@ ddprun::agent::NumaMachine two_gpus_on_node_1() {
   return m;
 }
 
-Outcome parse_numa(const Args& args, const ddprun::agent::NumaMachine& machine) {
+Outcome parse_numa(const Args& args, const ddprun::launcher::NumaMachine& machine) {
   Args argv{"ddprun"};
   argv.insert(argv.end(), args.begin(), args.end());
   Outcome o;
@@ -751,7 +748,7 @@ TEST_CASE("numa binding (--numa-binding) chooses each local rank's CPUs at parse
   const auto m = two_gpus_on_node_1();
   auto node = parse_numa({"--numa-binding", "node", "--nproc_per_node", "2", "train.py"}, m);
   REQUIRE(node.result.exit_code == 0);
-  CHECK(node.config.numa_binding == ddprun::agent::NumaAffinity::kNode);
+  CHECK(node.config.numa_binding == ddprun::launcher::NumaAffinity::kNode);
   CHECK(node.config.worker_cpus == std::vector<std::vector<int>>{{4, 5, 6, 7}, {4, 5, 6, 7}});
   auto exclusive = parse_numa({"--numa_binding=exclusive", "--nproc_per_node", "2", "train.py"}, m);
   CHECK(exclusive.config.worker_cpus == std::vector<std::vector<int>>{{4, 5}, {6, 7}});

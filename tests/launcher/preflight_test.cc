@@ -20,26 +20,14 @@
 #include "catch_compat.h"
 #include "launcher/interpreter_check.h"
 #include "launcher/launch_config.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace ddprun::launcher;
 
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-preflight-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path file(const std::string& name, const std::string& text, fs::perms perms) const {
-    std::ofstream(path / name) << text;
-    fs::permissions(path / name, perms);
-    return path / name;
-  }
-  fs::path path;
-};
+using ddprun::testing::TempDir;
 
 LaunchConfig parse(const std::vector<std::string>& args) {
   std::vector<std::string> argv{"ddprun"};
@@ -59,14 +47,14 @@ constexpr auto kRead = fs::perms::owner_read | fs::perms::owner_write;
 
 TEST_CASE("preflight: an interpreter in PATH and a readable script pass") {
   TempDir dir;
-  dir.file("py", "#!/bin/sh\n", kExec);
-  dir.file("train.py", "print(1)\n", kRead);
+  dir.write("py", "#!/bin/sh\n", kExec);
+  dir.write("train.py", "print(1)\n", kRead);
   const std::map<std::string, std::string> env{{"PATH", "/nonexistent:" + dir.path.string()}};
   CHECK(preflight(parse({"--python", "py", "train.py"}), env, dir.path).empty());
   CHECK(preflight(parse({"--python", "py", (dir.path / "train.py").string()}), env, "/").empty());
   // A module is Python's to find; ${local_rank} in the script name is resolved for local rank 0.
   CHECK(preflight(parse({"--python", "py", "-m", "no.such.module"}), env, dir.path).empty());
-  dir.file("train_0.py", "", kRead);
+  dir.write("train_0.py", "", kRead);
   CHECK(preflight(parse({"--python", "py", "train_${local_rank}.py"}), env, dir.path).empty());
 }
 
@@ -82,14 +70,14 @@ TEST_CASE("preflight: a missing script is named with the directory it was looked
 
 TEST_CASE("preflight: --log_dir is created, and one that cannot be is named with what to do") {
   TempDir dir;
-  dir.file("py", "#!/bin/sh\n", kExec);
-  dir.file("train.py", "", kRead);
+  dir.write("py", "#!/bin/sh\n", kExec);
+  dir.write("train.py", "", kRead);
   const std::map<std::string, std::string> env{{"PATH", dir.path.string()}};
   // Created as the agent would create it, relative to the working directory.
   CHECK(preflight(parse({"--python", "py", "--log_dir", "logs/a/b", "train.py"}), env, dir.path).empty());
   CHECK(fs::is_directory(dir.path / "logs/a/b"));
   // Under a regular file: fails for root too (the suite runs as root, which permissions do not stop).
-  dir.file("plain", "", kRead);
+  dir.write("plain", "", kRead);
   auto errors = preflight(parse({"--python", "py", "--log_dir", "plain/logs", "train.py"}), env, dir.path);
   REQUIRE(errors.size() == 1);
   CHECK_THAT(errors[0],
@@ -108,8 +96,8 @@ TEST_CASE("preflight: --log_dir is created, and one that cannot be is named with
 
 TEST_CASE("preflight: an interpreter that is not there, or not executable, is named with what to do") {
   TempDir dir;
-  dir.file("train.py", "", kRead);
-  const auto not_exec = dir.file("python-not-exec", "", kRead);
+  dir.write("train.py", "", kRead);
+  const auto not_exec = dir.write("python-not-exec", "", kRead);
   const std::map<std::string, std::string> env{{"PATH", dir.path.string()}};
   auto missing = preflight(parse({"--python", "python3.99", "train.py"}), env, dir.path);
   REQUIRE(missing.size() == 1);
@@ -124,8 +112,8 @@ TEST_CASE("preflight: an interpreter that is not there, or not executable, is na
 
 TEST_CASE("preflight: with --no_python the script is the program, looked up like exec does") {
   TempDir dir;
-  dir.file("worker", "#!/bin/sh\n", kExec);
-  dir.file("data.txt", "", kRead);
+  dir.write("worker", "#!/bin/sh\n", kExec);
+  dir.write("data.txt", "", kRead);
   const std::map<std::string, std::string> env{{"PATH", dir.path.string()}};
   CHECK(preflight(parse({"--no_python", "worker", "--flag"}), env, "/").empty());
   auto errors = preflight(parse({"--no_python", (dir.path / "data.txt").string()}), env, "/");
@@ -160,10 +148,10 @@ struct BusyPort {
 
 TEST_CASE("preflight: an interpreter that does not run is one line naming it, how it ended and why") {
   TempDir dir;
-  dir.file("train.py", "", kRead);
+  dir.write("train.py", "", kRead);
   const std::map<std::string, std::string> env{{"PATH", dir.path.string() + ":/usr/bin:/bin"}};
   auto problem_of = [&](const std::string& body) {
-    dir.file("py", "#!/bin/sh\n" + body, kExec);
+    dir.write("py", "#!/bin/sh\n" + body, kExec);
     auto errors = preflight(parse({"--python", "py", "train.py"}), env, dir.path);
     REQUIRE(errors.size() == 1);
     INFO(errors[0]);
@@ -191,11 +179,11 @@ TEST_CASE("preflight: an interpreter that does not run is one line naming it, ho
     CHECK_THAT(problem_of("kill -SEGV $$\n"), Catch::Contains("`py -S -c ''` was killed by SIGSEGV; fix it"));
   }
   SECTION("not a program at all") {
-    dir.file("py",
-             std::string("\x7f"
-                         "ELF\x01\x01 not really",
-                         15),
-             kExec);
+    dir.write("py",
+              std::string("\x7f"
+                          "ELF\x01\x01 not really",
+                          15),
+              kExec);
     auto errors = preflight(parse({"--python", "py", "train.py"}), env, dir.path);
     REQUIRE(errors.size() == 1);
     CHECK_THAT(errors[0], Catch::Contains("cannot be executed: Exec format error"));
@@ -205,10 +193,10 @@ TEST_CASE("preflight: an interpreter that does not run is one line naming it, ho
 TEST_CASE("interpreter check: the arguments, the environment, a descendant holding stderr, the deadline") {
   TempDir dir;
   const fs::path args = dir.path / "args";
-  const auto py = dir.file("py",
-                           "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done > " + args.string() +
-                               "\n[ \"$MARK\" = yes ] || exit 3\nsleep 3 &\nexit 0\n",
-                           kExec);
+  const auto py = dir.write("py",
+                            "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done > " + args.string() +
+                                "\n[ \"$MARK\" = yes ] || exit 3\nsleep 3 &\nexit 0\n",
+                            kExec);
   InterpreterCheck check{.exe = py.string(),
                          .shown = "py",
                          .env = {{"MARK", "yes"}, {"PATH", "/usr/bin:/bin"}},
@@ -223,7 +211,7 @@ TEST_CASE("interpreter check: the arguments, the environment, a descendant holdi
   CHECK_THAT(interpreter_problem(check).value_or(""), Catch::Contains("exited with 3"));
 
   // A slow start is not a broken interpreter: past the deadline it is killed and the launch goes on.
-  const auto slow = dir.file("slow", "#!/bin/sh\nexec sleep 30\n", kExec);
+  const auto slow = dir.write("slow", "#!/bin/sh\nexec sleep 30\n", kExec);
   InterpreterCheck late{.exe = slow.string(),
                         .shown = "slow",
                         .env = {{"PATH", "/usr/bin:/bin"}},
@@ -239,7 +227,7 @@ TEST_CASE("interpreter check: a success is remembered for the same file, path, d
   TempDir dir;
   const fs::path runs = dir.path / "runs";
   const auto py =
-      dir.file("py", "#!/bin/sh\necho run >> " + runs.string() + "\nexit ${PYTHON_TEST_EXIT:-0}\n", kExec);
+      dir.write("py", "#!/bin/sh\necho run >> " + runs.string() + "\nexit ${PYTHON_TEST_EXIT:-0}\n", kExec);
   InterpreterCheck check{
       .exe = py.string(),
       .shown = "py",
@@ -328,9 +316,9 @@ TEST_CASE("store_port_free: only a store this node hosts on a fixed port is prob
 
 TEST_CASE("preflight: nothing is started when the launch cannot go on") {
   TempDir dir;
-  dir.file("train.py", "", kRead);
+  dir.write("train.py", "", kRead);
   const fs::path ran = dir.path / "ran";
-  dir.file("py", "#!/bin/sh\ntouch " + ran.string() + "\nexit 1\n", kExec);
+  dir.write("py", "#!/bin/sh\ntouch " + ran.string() + "\nexit 1\n", kExec);
   const std::map<std::string, std::string> env{{"PATH", dir.path.string() + ":/usr/bin:/bin"}};
   // A missing script: reported, the interpreter not started.
   CHECK(preflight(parse({"--python", "py", "tran.py"}), env, dir.path).size() == 1);

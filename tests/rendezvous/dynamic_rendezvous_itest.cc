@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "rendezvous_participants.h"
+#include "rendezvous/c10d_round.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_server.h"
+#include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -60,6 +61,17 @@ DynamicRendezvousOptions c10d(uint16_t port, const std::string& identity, int mi
 
 using Node = testing::Participant<DynamicRendezvous>;
 
+// The set-up of most tests: a store on a free port of 127.0.0.1, a client that observes it, and the options
+// of participants that join it.
+struct C10dStore {
+  StoreServerThread server{loopback_server()};
+  StoreClient obs{"127.0.0.1", server.port(), observer_options()};
+
+  DynamicRendezvousOptions options(const std::string& identity, int min, int max) const {
+    return c10d(server.port(), identity, min, max);
+  }
+};
+
 // Joins `node` and waits until its arrival shows in round r's counter: arrival indexes follow call order.
 void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
   int64_t before = obs.add(rkey(round, "joined"), 0);
@@ -70,21 +82,22 @@ void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
 // A participant that vanishes: it joins round r as the next arrival, writes its descriptor, and stops.
 int64_t ghost_join(StoreClient& c, int round, const std::string& identity) {
   int64_t index = c.add(rkey(round, "joined"), 1) - 1;
-  c.set(rkey(round, "node/" + std::to_string(index)), identity + "|-1|1|");  // no standby store
+  c.set(rkey(round, "node/" + std::to_string(index)),
+        encode(
+            NodeDescriptor{.identity = identity, .previous_rank = -1, .local_world_size = 1}));  // no standby
   return index;
 }
 
 }  // namespace
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: nodes meet in one round, the closer assigns ranks, base ranks and the worker keyspace",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
   // All newcomers: ranks follow the identities, not the arrival order. Local world sizes differ per node.
-  Node c(c10d(server.port(), "node-c", 3, 3));
-  Node a(c10d(server.port(), "node-a", 3, 3));
-  Node b(c10d(server.port(), "node-b", 3, 3));
+  Node c(options("node-c", 3, 3));
+  Node a(options("node-a", 3, 3));
+  Node b(options("node-b", 3, 3));
   join_in_order(c, 1, obs, 0);
   join_in_order(a, 2, obs, 0);
   join_in_order(b, 3, obs, 0);  // arrival number MIN = MAX: closes at once (no last call)
@@ -111,13 +124,12 @@ TEST_CASE(
   CHECK(obs.check({rkey(0, "full")}));  // arrival number MAX marks the round full
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: the last call closes the round with the nodes present once last_call_timeout passes",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 2, 4));
-  Node b(c10d(server.port(), "node-b", 2, 4));
+  Node a(options("node-a", 2, 4));
+  Node b(options("node-b", 2, 4));
   auto start = Clock::now();
   join_in_order(a, 1, obs, 0);
   join_in_order(b, 1, obs, 0);  // arrival number MIN: runs the last call
@@ -131,13 +143,12 @@ TEST_CASE(
   CHECK(obs.get(rkey(0, "closed")) == "2");
 }
 
-TEST_CASE("c10d rendezvous: the arrival that makes the round full ends the last call at once",
-          "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
+TEST_CASE_METHOD(C10dStore,
+                 "c10d rendezvous: the arrival that makes the round full ends the last call at once",
+                 "[c10d][integration]") {
   std::vector<std::unique_ptr<Node>> nodes;
   for (const char* id : {"node-a", "node-b", "node-c"}) {
-    auto o = c10d(server.port(), id, 2, 3);
+    auto o = options(id, 2, 3);
     o.last_call_timeout = 2 * kLimit;  // a last call that ran out would fail the wait below
     nodes.push_back(std::make_unique<Node>(o));
   }
@@ -152,14 +163,13 @@ TEST_CASE("c10d rendezvous: the arrival that makes the round full ends the last 
   CHECK(obs.check({rkey(0, "full")}));
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: a late node with room ends the round, everyone re-forms a bigger one in a fresh "
     "keyspace",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-z", 2, 3));
-  Node b(c10d(server.port(), "node-y", 2, 3));
+  Node a(options("node-z", 2, 3));
+  Node b(options("node-y", 2, 3));
   join_in_order(a, 2, obs, 0);
   join_in_order(b, 2, obs, 0);
   RendezvousInfo a0 = a.info(), b0 = b.info();
@@ -172,7 +182,7 @@ TEST_CASE(
   worker0.set("MASTER_ADDR_KEY", "round-0");
 
   // The late node sorts first by identity, but newcomers follow the previous round's members.
-  Node c(c10d(server.port(), "node-a", 2, 3));
+  Node c(options("node-a", 2, 3));
   c.join(2);
   auto sa = a.rdzv->wait_round_stopped(kLimit);
   auto sb = b.rdzv->wait_round_stopped(kLimit);
@@ -201,18 +211,17 @@ TEST_CASE(
   CHECK(worker0.get("MASTER_ADDR_KEY") == "round-0");  // a straggler of round 0 keeps its own keyspace
 }
 
-TEST_CASE("c10d rendezvous: a node arriving at a full round waits as a spare and joins the next round",
-          "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 2, 2));
-  Node b(c10d(server.port(), "node-b", 2, 2));
+TEST_CASE_METHOD(C10dStore,
+                 "c10d rendezvous: a node arriving at a full round waits as a spare and joins the next round",
+                 "[c10d][integration]") {
+  Node a(options("node-a", 2, 2));
+  Node b(options("node-b", 2, 2));
   join_in_order(a, 1, obs, 0);
   join_in_order(b, 1, obs, 0);
   REQUIRE(a.info().group_rank == 0);
   REQUIRE(b.info().group_rank == 1);
 
-  Node spare(c10d(server.port(), "node-0-spare", 2, 2));
+  Node spare(options("node-0-spare", 2, 2));
   join_in_order(spare, 1, obs, 0);
   CHECK_FALSE(spare.ready(0ms));  // round 0 is full: it waits for it to end
 
@@ -312,12 +321,11 @@ TEST_CASE("c10d rendezvous: the host giving up at its join timeout is a join tim
   }
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: a node that waits longer than the last call closes the round the last-call node left",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 2, 3));
+  Node a(options("node-a", 2, 3));
   auto start = Clock::now();
   join_in_order(a, 2, obs, 0);
   StoreClient ghost("127.0.0.1", server.port(), observer_options());
@@ -336,12 +344,11 @@ TEST_CASE(
              Catch::StartsWith("0|2|0|3|"));  // the vanished node was assigned too
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: a closer that vanished before assigning ranks: the nodes re-form in the next round",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 2, 2));
+  Node a(options("node-a", 2, 2));
   join_in_order(a, 1, obs, 0);
   StoreClient ghost("127.0.0.1", server.port(), observer_options());
   REQUIRE(ghost_join(ghost, 0, "ghost") == 1);
@@ -354,7 +361,7 @@ TEST_CASE(
   REQUIRE(stop);
   CHECK(stop->kind == RoundStop::Kind::kMembership);
   CHECK(stop->detail == "closer vanished");
-  Node b(c10d(server.port(), "node-b", 2, 2));
+  Node b(options("node-b", 2, 2));
   join_in_order(b, 1, obs, 1);
   RendezvousInfo ia = a.info(), ib = b.info();
   CHECK(ia.round == 1);
@@ -364,19 +371,18 @@ TEST_CASE(
   CHECK(obs.get("ddprun/worker_keyspace") == kRunId + "/r1");
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: a node that stops heartbeating is declared dead, the survivor re-forms without it",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  auto options = [&](const std::string& id) {
-    auto o = c10d(server.port(), id, 1, 2);
+  auto heartbeating = [&](const std::string& id) {
+    auto o = options(id, 1, 2);
     o.keep_alive_interval = 200ms;
     o.keep_alive_max_attempt = 3;
     return o;
   };
-  Node a(options("node-a"));
-  Node b(options("node-b"));
+  Node a(heartbeating("node-a"));
+  Node b(heartbeating("node-b"));
   join_in_order(a, 1, obs, 0);
   join_in_order(b, 1, obs, 0);  // arrival number MAX: ends a's last call
   RendezvousInfo ia = a.info(), ib = b.info();
@@ -418,14 +424,13 @@ TEST_CASE(
   CHECK(a1.world_size == 1);
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: once every node is done the round stops as done, a closed rendezvous turns late agents "
     "away",
     "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 2, 2));
-  Node b(c10d(server.port(), "node-b", 2, 2));
+  Node a(options("node-a", 2, 2));
+  Node b(options("node-b", 2, 2));
   join_in_order(a, 1, obs, 0);
   join_in_order(b, 1, obs, 0);
   REQUIRE(a.info().round == 0);
@@ -444,22 +449,20 @@ TEST_CASE(
   a.rdzv->shutdown();
   CHECK(obs.get(rkey(0, "left_all")) == "1");
 
-  Node late(c10d(server.port(), "node-c", 2, 2));
+  Node late(options("node-c", 2, 2));
   REQUIRE(late.rdzv->is_closed());
   late.join(1);
   REQUIRE(late.ready());
   REQUIRE_THROWS_AS(late.round.get(), RendezvousClosedError);
-  Node later(c10d(server.port(), "node-d", 2, 2));
+  Node later(options("node-d", 2, 2));
   REQUIRE_THROWS_WITH(later.rdzv->next_rendezvous(1),
                       Catch::Contains("rendezvous 'job' at 127.0.0.1:" + std::to_string(server.port()) +
                                       " is closed: the job already finished"));
 }
 
-TEST_CASE("c10d rendezvous: a host whose workers failed twice sits out before joining",
-          "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  Node a(c10d(server.port(), "node-a", 1, 2));  // elastic: others could run without it
+TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a host whose workers failed twice sits out before joining",
+                 "[c10d][integration]") {
+  Node a(options("node-a", 1, 2));  // elastic: others could run without it
   a.rdzv->note_local_failure();
   a.rdzv->note_local_failure();
   CHECK(obs.add("ddprun/" + kRunId + "/failures/node-a", 0) == 2);
@@ -470,20 +473,18 @@ TEST_CASE("c10d rendezvous: a host whose workers failed twice sits out before jo
   CHECK(ia.group_world_size == 1);
 }
 
-TEST_CASE("c10d rendezvous: a healthy agent on the host of a failing one does not sit out",
-          "[c10d][integration]") {
-  StoreServerThread server(loopback_server());
-  StoreClient obs("127.0.0.1", server.port(), observer_options());
-  auto options = [&](const std::string& identity) {
-    auto o = c10d(server.port(), identity, 1, 2);
+TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a healthy agent on the host of a failing one does not sit out",
+                 "[c10d][integration]") {
+  auto patient = [&](const std::string& identity) {
+    auto o = options(identity, 1, 2);
     o.cooldown_base = 60s;  // a sitting-out agent would miss the join below by far
     o.cooldown_max = 60s;
     return o;
   };
-  Node failing(options("node-a"));
+  Node failing(patient("node-a"));
   failing.rdzv->note_local_failure();
   failing.rdzv->note_local_failure();
-  Node healthy(options("node-b"));  // the same host
+  Node healthy(patient("node-b"));  // the same host
   auto start = Clock::now();
   healthy.join(1);
   CHECK(healthy.info().group_world_size == 1);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous/c10d_round.h"
 #include "rendezvous/reachability.h"
 
 namespace ddprun::rdzv {

@@ -1,5 +1,5 @@
 // Unit test of ddprun/progress.h: heartbeat() writes the step count and the last step time into
-// $DDPRUN_PROGRESS_FILE, the line the agent reads (agent/progress_monitor.h read_heartbeat).
+// $DDPRUN_PROGRESS_FILE, the line the agent reads (agent/watchdog/progress_monitor.h read_heartbeat).
 #include "ddprun/progress.h"
 
 #include <unistd.h>

@@ -1,0 +1,33 @@
+#include "agent/agent_config.h"
+
+#include <csignal>
+
+#include "agent/log_layout.h"
+
+namespace ddprun::agent {
+
+int SupervisionPolicy::exit_code_of_signal(int sig) const {
+  auto it = signal_exit_codes.find(sig);
+  return it == signal_exit_codes.end() ? 128 + sig : it->second;
+}
+
+bool file_timer_enabled(const AgentConfig& config) {
+  auto it = config.base_env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
+  return it != config.base_env.end() && it->second == "1";
+}
+
+std::filesystem::path timer_file(const AgentConfig& config, const std::filesystem::path& run_dir) {
+  auto it = config.base_env.find("TORCHELASTIC_TIMER_FILE");
+  return it != config.base_env.end() && !it->second.empty() ? std::filesystem::path(it->second)
+                                                            : LogLayout::timer_file(run_dir);
+}
+
+bool stack_capture_enabled(const AgentConfig& config) {
+  return config.supervision.hang_timeout.count() > 0 || file_timer_enabled(config);
+}
+
+int stack_dump_signal() {
+  return SIGRTMIN + 3;
+}
+
+}  // namespace ddprun::agent

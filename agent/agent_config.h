@@ -1,0 +1,87 @@
+// AgentConfig: what the per-node agent is told to run (torch's WorkerSpec, per local rank) and the policy it
+// supervises its workers by. The launcher builds it (launcher/agent_config.h); the agent only reads it.
+//
+// Pure data and pure queries of it; thread-safe. Nothing throws except std::bad_alloc.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/watchdog/event_log.h"
+#include "agent/worker_env.h"
+
+namespace ddprun::agent {
+
+// Where one local rank's output goes (torchrun's --redirects / --tee / --local_ranks_filter, resolved).
+struct WorkerOutput {
+  bool stdout_to_file = false;
+  bool stderr_to_file = false;
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  bool prefix_console = false;  // "[<node tag><role><local_rank>]:" before every console line
+};
+
+// The blueprint of one local worker (torch's WorkerSpec, per local rank): what to run and where its output
+// goes. The rest of its launch (ranks, environment, log paths) comes from each round.
+struct WorkerSpec {
+  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH; no shell
+  size_t interpreter_args = 0;    // leading argv entries that are the Python interpreter's (0: not Python)
+  WorkerOutput output;
+  std::vector<int> cpu_affinity;  // --numa-binding: the CPUs it is bound to; empty = the agent's own set
+};
+
+// How the agent supervises its worker group, for the whole job (agent/worker_group.h: supervise()).
+struct SupervisionPolicy {
+  int max_restarts = 0;  // failures restarted before the job fails (a membership change is not counted)
+  // Exit code when signal N ends the job (received here, or on a peer that published it); absent: 128+N.
+  std::map<int, int> signal_exit_codes;
+  std::chrono::milliseconds shutdown_grace{30000};  // from the stop signal to SIGKILL
+  std::chrono::milliseconds exit_barrier_timeout{300000};
+  // --hang_timeout: a group in which no local rank makes progress for this long is hung (its stacks are
+  // captured, then it is stopped as a failure); 0 = off. agent/watchdog/progress_monitor.h defines progress.
+  std::chrono::milliseconds hang_timeout{0};
+
+  // The job's exit code when signal `sig` ends it.
+  int exit_code_of_signal(int sig) const;
+};
+
+struct AgentConfig {
+  std::string role = "default";
+  std::string script_name;          // for messages ("train.py")
+  std::vector<WorkerSpec> workers;  // index = local rank; its size is the local world size
+  Env base_env;                     // inherited by every worker
+  bool set_omp_threads = false;
+  bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
+  SupervisionPolicy supervision;
+  std::vector<int> signals_to_handle;
+  std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
+  std::string node_tag;           // "" or e.g. "n1" (prefixed to console lines when nnodes > 1)
+  // --prestart: prestart_delay after each spawn, a standby per Python worker for the next round
+  // (agent/process/prestart.h).
+  bool prestart = false;
+  std::chrono::milliseconds prestart_delay{2000};
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: tee'd console lines that contain one of them
+  // also go to attempt_<n>/filtered_stdout.log / filtered_stderr.log (created whenever the list is
+  // non-empty).
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  // --event-log-handler (agent/watchdog/event_log.h; $LOGLEVEL in base_env applies), and what its events
+  // name: torch's rendezvous backend
+  // ("static", "c10d") and entry point (basename of the program it runs).
+  EventLogHandler event_log_handler = EventLogHandler::kNull;
+  std::string rdzv_backend = "static";
+  std::string entry_point;
+};
+
+// torch's FileTimer is served (agent/watchdog/file_timer.h): TORCHELASTIC_ENABLE_FILE_TIMER=1 in base_env.
+bool file_timer_enabled(const AgentConfig& config);
+// Where the timer FIFO is: TORCHELASTIC_TIMER_FILE from base_env, else in the run directory.
+std::filesystem::path timer_file(const AgentConfig& config, const std::filesystem::path& run_dir);
+// Workers get the stack-dump hook (agent/watchdog/stack_dump.h): hang detection or the FileTimer is on.
+bool stack_capture_enabled(const AgentConfig& config);
+// The signal that makes a Python worker dump its stacks (SIGRTMIN+3: not used by glibc, Python or torch).
+int stack_dump_signal();
+
+}  // namespace ddprun::agent

@@ -1,0 +1,172 @@
+#include "agent/loop/agent_loop.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/exit_codes.h"
+#include "agent/loop/progress_sampler.h"
+#include "agent/process/terminal.h"
+#include "agent/worker_launches.h"
+#include "rendezvous/text_util.h"
+
+namespace ddprun::agent {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A step that ends the job for good: the exit code, and the error torch's FAILED event reports.
+struct StepFailed {
+  int exit_code;
+  std::string error;
+};
+
+}  // namespace
+
+AgentLoop::AgentLoop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous)
+    : config_(std::move(config)),
+      rdzv_(std::move(rendezvous)),
+      job_{.host = local_hostname()},
+      job_events_(config_, rdzv_->run_id(), job_),
+      watcher_(*rdzv_, events_) {}
+
+int AgentLoop::run() {
+  try {
+    prepare();
+    while (true) {
+      WorkerGroup group = assign(rendezvous());
+      spawn(group);
+      const RoundEnd end = monitor(group);
+      // A restart (supervise() counted it) or a membership change: the next round.
+      if (end.outcome == Outcome::kRestart || end.outcome == Outcome::kRejoin) continue;
+      return finish(group, end);
+    }
+  } catch (const StepFailed& failed) {
+    return job_events_.agent_failed(failed.exit_code, failed.error);
+  }
+}
+
+// The run directory with its hooks, the FileTimer, then the io thread with the agent's signals.
+void AgentLoop::prepare() {
+  // A closed stdout (a pager that quit) must not kill the agent before it stops its workers.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    run_dir_.emplace(RunDirectory::create(config_, rdzv_->run_id()));
+  } catch (const std::filesystem::filesystem_error& e) {
+    spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
+    throw StepFailed{kExitSpawnFailed, "cannot set up the log directory"};
+  }
+  processes_.emplace(config_, events_, run_dir_->prestart_stub());
+  try {
+    run_dir_->write_hooks(config_);
+    if (file_timer_enabled(config_))
+      processes_->serve_file_timer(timer_file(config_, run_dir_->layout().run_dir()));
+  } catch (const std::exception& e) {
+    spdlog::error("cannot set up the workers' watchdog: {}", e.what());
+    throw StepFailed{kExitSpawnFailed, "cannot set up the log directory"};
+  }
+  processes_->start();
+  foreground_terminal_ = stdin_is_foreground_terminal();
+}
+
+// Joins the next round. No worker runs meanwhile: a signal ends the agent at once, the rendezvous left open.
+rdzv::RendezvousInfo AgentLoop::rendezvous() {
+  const int nproc = static_cast<int>(config_.workers.size());
+  const auto start = Clock::now();
+  rdzv::RendezvousInfo round;
+  processes_->exit_on_signals(true);
+  try {
+    round = rdzv_->next_rendezvous(nproc);
+    processes_->exit_on_signals(false);
+  } catch (const rdzv::RendezvousError& e) {
+    processes_->exit_on_signals(false);
+    job_events_.duration("RENDEZVOUS", start);
+    spdlog::error("rendezvous failed: {}", e.what());
+    throw StepFailed{kExitRendezvousFailed, e.what()};
+  }
+  job_events_.duration("RENDEZVOUS", start);
+  spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.round, round.group_rank,
+               round.group_world_size, round.base_rank, round.rank_of(nproc - 1), round.world_size,
+               round.store_host, round.store_port);
+  return round;
+}
+
+// The round's WorkerGroup: its log directories, every worker's launch (ranks, environment, files, stdin).
+WorkerGroup AgentLoop::assign(const rdzv::RendezvousInfo& round) {
+  std::vector<WorkerLogPaths> paths;
+  try {
+    paths = run_dir_->layout().create_attempt(round.round, static_cast<int>(config_.workers.size()));
+  } catch (const std::filesystem::filesystem_error& e) {
+    spdlog::error("cannot create the attempt's log directories: {}", e.what());
+    throw StepFailed{kExitSpawnFailed, e.what()};
+  }
+  const auto start = Clock::now();
+  WorkerGroup group = make_worker_group(config_, round, paths, rdzv_->run_id());
+  job_events_.duration("ASSIGN_WORKER_RANKS", start);
+  job_events_.enter_round(round);
+  try {
+    open_filtered_logs(config_, run_dir_->layout().attempt_dir(round.round), group);
+  } catch (const std::filesystem::filesystem_error& e) {
+    spdlog::error("cannot create the attempt's filtered logs: {}", e.what());
+    throw StepFailed{kExitSpawnFailed, e.what()};
+  }
+  for (Worker& w : group.workers) w.launch.stdin_mode = worker_stdin(w.local_rank, foreground_terminal_);
+  return group;
+}
+
+// Starts watching the round, then every worker; a worker that cannot start is the group's first event.
+void AgentLoop::spawn(WorkerGroup& group) {
+  round_end_.reset();
+  watcher_.start(group.round.round);
+  if (std::string error = processes_->spawn(group); !error.empty()) {
+    dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
+  }
+}
+
+// Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's
+// deadline, and with --hang_timeout the progress samples.
+AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
+  ProgressSampler progress(config_.supervision.hang_timeout, stragglers_);
+  std::optional<Clock::time_point> barrier;  // armed when the group enters the exit barrier
+  while (!round_end_) {
+    if (!group.in_exit_barrier) {
+      barrier.reset();
+    } else if (!barrier) {
+      barrier = Clock::now() + config_.supervision.exit_barrier_timeout;
+    }
+    const auto sample = progress.next(group);
+    auto deadline = barrier;
+    if (sample && (!deadline || *sample < *deadline)) deadline = sample;
+    Event e;
+    if (events_.pop(e, deadline)) {
+      if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
+    } else if (barrier && Clock::now() >= *barrier) {
+      dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kBarrierTimeout});
+    } else if (sample && Clock::now() >= *sample && progress.sample(group, processes_->timer_requests())) {
+      dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
+    }
+  }
+  watcher_.stop();
+  return *round_end_;
+}
+
+// The job's end on this node: its events, the rendezvous closed (unless a signal ended it: late agents may
+// still join) and left, a temporary run directory removed on success.
+int AgentLoop::finish(const WorkerGroup& group, const RoundEnd& end) {
+  job_events_.job_end(group, end.outcome == Outcome::kSucceeded);
+  try {
+    if (end.close_rendezvous) rdzv_->set_closed();
+    rdzv_->shutdown();
+  } catch (const rdzv::RendezvousError& e) {
+    spdlog::debug("rendezvous shutdown: {}", e.what());
+  }
+  if (end.exit_code == kExitSuccess) run_dir_->remove_if_temporary();
+  return end.exit_code;
+}
+
+}  // namespace ddprun::agent
