@@ -99,8 +99,10 @@ class TorchrunTrain(unittest.TestCase):
         # Debian 12's torchrun 1.13 crashes on Python 3.11 with its default --redirects 0 --tee 0 (IntFlag
         # iteration); 1/1 avoids it: stdout goes to the log directory and to the console, prefixed [default<i>]:.
         compat = ["--redirects", "1", "--tee", "1", "--log_dir", self.tmp.name] if torch_major() < 2 else []
-        return run([TORCHRUN, "--nproc_per_node", "2", *compat, *args, "--no_python", EXAMPLE, "--threads", "1",
-                    *example_args], env=env)
+        # --monitor_interval 0.1: torchrun looks at its workers every 5 s by default, so each run ended up to 5 s
+        # after its workers (both torch versions take the underscore spelling).
+        return run([TORCHRUN, "--nproc_per_node", "2", "--monitor_interval", "0.1", *compat, *args, "--no_python",
+                    EXAMPLE, "--threads", "1", *example_args], env=env)
 
     def check_trained(self, rc, out, steps):
         self.assertEqual(rc, 0, out)
