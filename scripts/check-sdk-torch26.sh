@@ -72,7 +72,7 @@ fi
 
 echo "check-sdk-torch26: configuring $build"
 in_root cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
-  -DDDPRUN_CCACHE_DIR="${DDPRUN_CCACHE_DIR:-}" -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
+  -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=OFF -DDDPRUN_WITH_NCCL=OFF -DDDPRUN_TORCH26=OFF \
   -DDDPRUN_TORCH_PYTHON=/usr/bin/python3 -DDDPRUN_TORCHRUN=/usr/bin/torchrun >"$build/configure.log" 2>&1 || {
   tail -n 40 "$build/configure.log" >&2
   die "configure failed (log: $build/configure.log)"

@@ -86,7 +86,8 @@ else
 fi
 
 # ccache (scripts/install-deps.sh installs it) keyed on paths relative to the build directory, so a fresh
-# clone on this machine hits what the last one compiled.
+# clone on this machine hits what the last one compiled. Every build below reads the directory from the
+# environment (CMakeLists.txt): the host's, the torch 2.6 root's (bound into the root) and the fuzz build.
 if [[ -z ${DDPRUN_CCACHE_DIR:-} && $(id -u) -eq 0 ]]; then
   export DDPRUN_CCACHE_DIR=/var/cache/ddprun/ccache
 fi
@@ -96,7 +97,7 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 mkdir -p "$build"
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_TORCH26=$torch26 \
-  -DDDPRUN_CCACHE_DIR="${DDPRUN_CCACHE_DIR:-}" >"$build/configure-output.log" 2>&1 || {
+  >"$build/configure-output.log" 2>&1 || {
   cat "$build/configure-output.log" >&2
   exit 1
 }

@@ -117,8 +117,10 @@ Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at,
   o.run_id = "vanish";
   o.master_addr = "127.0.0.1";
   o.master_port = store.port();
-  o.join_timeout = 3s;
-  o.connect_timeout = 3s;
+  // Test-sized: a lost store is given up on after 1 s (the production defaults are minutes); a live one on
+  // loopback answers in milliseconds.
+  o.join_timeout = 1s;
+  o.connect_timeout = 1s;
   Outcome out;
   auto rdzv = std::make_unique<VanishAtStep>(std::make_unique<ddprun::rdzv::StaticRendezvous>(o), store,
                                              vanish_at, out.steps);
@@ -129,7 +131,7 @@ Outcome run_job(const std::vector<std::string>& worker_flags, int vanish_at,
   c.script_name = "fake_worker";
   c.supervision.max_restarts = 1;
   c.supervision.shutdown_grace = 2s;
-  c.supervision.exit_barrier_timeout = 5s;
+  c.supervision.exit_barrier_timeout = 2s;
   c.base_env = {{"PATH", "/usr/bin:/bin"}};
   if (adjust) adjust(c);
   ElasticAgent agent(std::move(c), std::move(rdzv));

@@ -1,6 +1,6 @@
 """Restarts that recover: a real PyTorch DDP (gloo) job whose rank 0 crashes (os._exit, mid-training) in
-each of RESTARTS attempts in a row (4, or DDPRUN_IT_RESTARTS for a soak), under ddprun --max_restarts RESTARTS. Every
-new worker group must initialise and train again: since torch 2.4 workers no longer prefix their keys per attempt (they expect a fresh store per
+each of RESTARTS attempts in a row (4, or DDPRUN_IT_RESTARTS for a soak), under ddprun --max_restarts
+RESTARTS. Every new worker group must initialise and train again: since torch 2.4 workers no longer prefix their keys per attempt (they expect a fresh store per
 retry), so a restarted group that could see the previous attempt's keys hangs in gloo's connectFullMesh or
 passes a stale barrier. ddprun gives every attempt a clean keyspace (docs/rendezvous.md). Runs with torch
 1.13 and torch 2.6 workers (integration.test_pytorch_restarts[.torch26])."""
