@@ -123,6 +123,51 @@ def hold_cluster_lock(owner, timeout):
     return lock
 
 
+class SharedHostsTestCase(unittest.TestCase):
+    """A test class that brings up the shared test hosts (network namespaces ddprun-h*: a netns cluster, a Slurm
+    cluster on them) once for all its tests and takes them down after them, holding CLUSTER_LOCK meanwhile.
+    Subclasses define bring_up() (raise, or skip_unless_required() when the machine cannot run it) and
+    take_down(), and may define unavailable() (why this machine cannot run them, checked before the lock).
+    Without root it skips (skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1)."""
+    LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run)
+    NEEDS_ROOT_TO = "create network namespaces"
+
+    @classmethod
+    def unavailable(cls):
+        return None
+
+    @classmethod
+    def bring_up(cls):
+        raise NotImplementedError
+
+    @classmethod
+    def take_down(cls):
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            skip_unless_required(f"needs root to {cls.NEEDS_ROOT_TO} (run ctest as root)")
+        reason = cls.unavailable()
+        if reason:
+            skip_unless_required(reason)
+        if not os.access(DDPRUN, os.X_OK):
+            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
+        cls.lock = hold_cluster_lock(f"{cls.__module__} with {PYTHON}", cls.LOCK_WAIT)
+        try:
+            cls.bring_up()
+        except BaseException:
+            cls.lock.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.take_down()
+        finally:
+            cls.lock.close()
+
+
 # Run with the workers' interpreter where the workers run (a test host, a Slurm step): writes what a gloo worker
 # depends on to <dir>/probe-<host name>.json. Arguments: dir, then host names to resolve.
 WORKER_PROBE = r"""

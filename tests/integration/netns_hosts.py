@@ -5,7 +5,7 @@ them for its module (test-cluster.sh down, then up), so nothing an interrupted e
 the way, and leaves no process on any host after each test. It needs root and network namespaces: skipped
 with the reason otherwise (ddprun_testlib.skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1);
 anything else that keeps the hosts from coming up, or hosts still busy after LOCK_WAIT, is a failure. Hosts are
-taken under an flock (ddprun_testlib.hold_cluster_lock). Environment (set by tests/integration/CMakeLists.txt):
+taken under an flock (ddprun_testlib.SharedHostsTestCase, which test_slurm.py shares). Environment (set by tests/integration/CMakeLists.txt):
 DDPRUN = the ddprun executable, REPO = the source tree (defaults to the one this file is in); DDPRUN_IT_KEEP=1
 keeps each test's directory (agent logs). The hosts share the file system, so checkpoints and result files
 live in one temporary directory. Standard library only; run with /usr/bin/python3 (torch).
@@ -19,7 +19,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import unittest
 import uuid
 
 import ddprun_testlib
@@ -35,7 +34,6 @@ NPROC = 2  # workers per host: torch workers are slow to start on a 2-core machi
 # Small timeouts so that a node's loss is seen in ~3 s and a round closes 2 s after MIN nodes joined.
 RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
 JOB_TIMEOUT = 150  # seconds: bound for one elastic job (it takes ~30-60 s on an idle 2-core machine)
-LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run, a Slurm test cluster)
 ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ranks \d+\.\.\d+ of (\d+),")
 
 
@@ -106,23 +104,11 @@ class HostAgent:
                                  f"{self.describe()}") from None
 
 
-class HostsTestCase(unittest.TestCase):
+class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
     """Fresh hosts for the module, a temporary directory per test, and no process left on any host after it."""
-    @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0:
-            skip_unless_required("needs root to create network namespaces (run ctest as root)")
-        if not os.access(DDPRUN, os.X_OK):
-            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = ddprun_testlib.hold_cluster_lock(f"{__name__} with {PYTHON}", LOCK_WAIT)
-        try:
-            cls._up()
-        except BaseException:
-            cls.lock.close()
-            raise
 
     @classmethod
-    def _up(cls):
+    def bring_up(cls):
         """Fresh hosts: exit 77 of test-cluster.sh (no namespaces here) skips, any other failure fails."""
         down = cluster("down", check=False)  # whatever an interrupted earlier run left on the hosts goes
         up = down if down.returncode == 77 else cluster("up", HOSTS, check=False)
@@ -133,9 +119,8 @@ class HostsTestCase(unittest.TestCase):
             raise AssertionError(f"test-cluster.sh down/up {HOSTS} failed:\n{down.stdout}\n{up.stdout}")
 
     @classmethod
-    def tearDownClass(cls):
+    def take_down(cls):
         cluster("down", check=False)
-        cls.lock.close()
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ddprun-netns-")

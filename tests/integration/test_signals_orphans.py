@@ -89,7 +89,7 @@ class Orphans(IntegrationTestCase):
         self.assert_gone(workers, 10, "workers of a SIGKILLed ddprun")
 
     # PR_SET_PDEATHSIG kills the workers, but a grandchild (re-parented to init, ignoring SIGTERM) would have
-    # nobody left to kill it once the agent is SIGKILLed: ddprun's orphan guard process (agent/orphan_guard.h)
+    # nobody left to kill it once the agent is SIGKILLed: ddprun's orphan guard process (agent/process/orphan_guard.h)
     # SIGKILLs the workers' groups when the agent vanishes. torchrun leaves such grandchildren running.
     def test_sigkilled_agent_leaves_no_grandchild(self):
         agent, workers, grandchildren = self.start_with_grandchildren(2)
@@ -169,7 +169,7 @@ def guard_of(agent_pid):
 
 class EscapedDescendants(IntegrationTestCase):
     """Descendants that left the worker's session and process group (setsid, a daemon's double fork) end
-    with the agent: its cgroup (cgroup.kill) or, without one, its subreaper sweep (agent/orphan_guard.h)."""
+    with the agent: its cgroup (cgroup.kill) or, without one, its subreaper sweep (agent/process/orphan_guard.h)."""
 
     def start_escaping(self, then, nproc=1, wrap=()):
         """ddprun (run through `wrap`, a command ending in the ddprun binary, when given) with nproc
@@ -316,7 +316,7 @@ class PtyAgent:
 
 
 class TerminalInput(IntegrationTestCase):
-    """Terminal input as under torchrun (agent/terminal.h): local rank 0 holds the terminal (its process group
+    """Terminal input as under torchrun (agent/process/terminal.h): local rank 0 holds the terminal (its process group
     is the foreground) and reads what is typed; the other local ranks read end of file; Ctrl-C reaches rank 0
     and interrupts the job; a worker stopped by the terminal is reported, not waited for in silence."""
 

@@ -49,7 +49,6 @@ HOSTLIST_TEST = os.path.join(REPO, "tests", "launcher", "hostlist_test.cc")
 SLURM_DIR = "/tmp/ddprun-slurm"  # slurm-cluster.sh's default state directory
 SLURM_CONF = os.path.join(SLURM_DIR, "slurm.conf")
 HOSTS = 2
-LOCK_WAIT = 240  # seconds to wait for another user of the test hosts (ctest runs this module alone: RUN_SERIAL)
 INSTALL_TIMEOUT = 300  # apt-get of slurm-wlm and munge on a fresh machine
 UP_TIMEOUT = 420  # slurm-cluster.sh up: DDPRUN_SLURM_START_TIMEOUT (180 s) per wait, and a margin
 JOB_TIMEOUT = 180  # seconds: bound for one job (a 2x2 torch job takes ~10-40 s on a loaded 2-core machine)
@@ -237,24 +236,15 @@ class PeerSignals(unittest.TestCase):
                     log.close()
 
 
-class OnSlurm(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0:
-            skip_unless_required("needs root to start Slurm on network namespaces (run ctest as root)")
-        if slurm_missing:
-            skip_unless_required(slurm_missing)
-        if not os.access(DDPRUN, os.X_OK):
-            raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = ddprun_testlib.hold_cluster_lock(f"{__name__} with {PYTHON}", LOCK_WAIT)
-        try:
-            cls._up()
-        except BaseException:
-            cls.lock.close()
-            raise
+class OnSlurm(ddprun_testlib.SharedHostsTestCase):
+    NEEDS_ROOT_TO = "start Slurm on network namespaces"
 
     @classmethod
-    def _up(cls):
+    def unavailable(cls):
+        return slurm_missing
+
+    @classmethod
+    def bring_up(cls):
         """slurm-cluster.sh up: exit 77 (no namespaces here) skips; any other failure is the test's failure."""
         try:
             up = subprocess.run(["bash", SLURM_CLUSTER, "up", str(HOSTS)], stdin=subprocess.DEVNULL,
@@ -265,8 +255,7 @@ class OnSlurm(unittest.TestCase):
             rc, output, how = None, partial, f"was killed after {UP_TIMEOUT} s"
         if rc == 0:
             return
-        subprocess.run(["bash", SLURM_CLUSTER, "down"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120)
+        cls.take_down()
         if rc == 77:
             skip_unless_required(f"this machine cannot run a Slurm cluster (slurm-cluster.sh up {HOSTS} exited 77):\n"
                                  f"{output[-2000:]}")
@@ -274,10 +263,9 @@ class OnSlurm(unittest.TestCase):
                              f"what it needs: root, namespaces, Slurm):\n{output[-5000:]}")
 
     @classmethod
-    def tearDownClass(cls):
+    def take_down(cls):
         subprocess.run(["bash", SLURM_CLUSTER, "down"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
-        cls.lock.close()
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ddprun-slurm-it-")
