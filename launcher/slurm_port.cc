@@ -72,10 +72,14 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
                        host, owner, token);
         }
         seen[i] = "store of step " + owner;
+      } catch (const rdzv::TimeoutError& e) {
+        spdlog::debug("port {} on {}: {}", ports[i], host, e.what());
+        // A probe that ran out of time (cut short by the overall deadline, or slow on a busy machine) says
+        // nothing new: keep what an earlier one found (a store of another step that answered then).
+        if (seen[i].empty()) seen[i] = e.what();
       } catch (const rdzv::StoreError& e) {
         spdlog::debug("port {} on {}: {}", ports[i], host, e.what());
-        // A probe cut short by the overall deadline says nothing new: keep what an earlier one found.
-        if (seen[i].empty() || Clock::now() < deadline) seen[i] = e.what();
+        seen[i] = e.what();
       }
     }
     if (sweep == 0)

@@ -6,11 +6,10 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import unittest
 
-from ddprun_testlib import DDPRUN, HOST_PYTHON, IntegrationTestCase, proc_stat, read_pidfile, wait_until
+from ddprun_testlib import DDPRUN, HOST_PYTHON, IntegrationTestCase, proc_stat, wait_until
 
 WAIT = 60  # seconds: bound for anything that should take well under a second
 

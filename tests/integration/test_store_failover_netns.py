@@ -17,7 +17,7 @@ import signal
 import time
 import unittest
 
-from netns_hosts import (JOB_TIMEOUT, NPROC, HostsTestCase, address, host_pids, kill_host_processes, rounds_of,
+from netns_hosts import (NPROC, HostsTestCase, address, host_pids, kill_host_processes, rounds_of,
                          wait_until)
 
 HEARTBEAT_TIMEOUT = 3  # keep_alive_interval=1 x keep_alive_max_attempt=3 (netns_hosts.RDZV_CONF)

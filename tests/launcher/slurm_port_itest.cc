@@ -81,7 +81,9 @@ TEST_CASE("no store of the step before the deadline: a timeout naming host, toke
   ForeignStore other("1.0");
   std::vector<uint16_t> ports = {other.server.port(), free_port()};
   try {
-    launcher::find_step_store("127.0.0.1", ports, "2.0", milliseconds(1500));
+    // 3 s: several sweeps, so that the other step's store is seen answering even on a busy machine (a probe
+    // that times out keeps what an earlier one found).
+    launcher::find_step_store("127.0.0.1", ports, "2.0", milliseconds(3000));
     FAIL("found a store that does not exist");
   } catch (const rdzv::TimeoutError& e) {
     std::string what = e.what();
