@@ -62,15 +62,25 @@ void StaticRendezvous::wait_complete(int r) {
   const auto deadline = Clock::now() + options_.join_timeout;
   int64_t joined = 0;
   while (true) {
+    std::string missing;  // set at the deadline: the node ranks that never joined
     try {
       auto count = wait_or_count(round_key(r, "complete"), round_key(r, "joined"), deadline,
                                  options_.progress_interval);
       if (!count) return;
       joined = *count;
+      if (Clock::now() < deadline) {
+        // Naming the missing ranks costs a request per node, on every node and every progress line: only for
+        // small jobs (the join timeout's error names them whatever the size).
+        const std::string who = n <= kNamedInProgress ? "node ranks " + missing_node_ranks(r) : "the others";
+        spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n,
+                     who, endpoint());
+        continue;
+      }
+      missing = missing_node_ranks(r);
     } catch (const ConnectionLostError& e) {
       // Node 0's agent hosts the store; it leaves before the round completes only when it gave up waiting
       // (its join timeout, usually a little ahead of ours) or was stopped. Report the timeout, not the
-      // socket.
+      // socket, whichever of this loop's requests was under way.
       throw RendezvousTimeoutError(
           "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": the store at " + endpoint() +
           " (node 0's agent) went away while this node waited for the other nodes (" +
@@ -80,15 +90,6 @@ void StaticRendezvous::wait_complete(int r) {
           " s here). Start ddprun on every node within join_timeout of the first, with --nnodes " +
           std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
     }
-    if (Clock::now() < deadline) {
-      // Naming the missing ranks costs a request per node, on every node and every progress line: only for
-      // small jobs (the join timeout's error names them whatever the size).
-      const std::string who = n <= kNamedInProgress ? "node ranks " + missing_node_ranks(r) : "the others";
-      spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n,
-                   who, endpoint());
-      continue;
-    }
-    const std::string missing = missing_node_ranks(r);
     throw RendezvousTimeoutError(
         "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
         " of " + std::to_string(n) + " nodes joined within " +
