@@ -4,6 +4,7 @@ variant): the same flags give every worker the same arguments — --local_rank=N
 import glob
 import json
 import os
+import shutil
 import socket
 import unittest
 
@@ -19,9 +20,18 @@ COMMON = ["--standalone", "--nproc_per_node", str(NPROC), "--redirects", "1", "-
 class LaunchCompat(IntegrationTestCase):
     def launch(self, program, prefix, flags, name):
         out = self.path(name)
-        os.makedirs(out)
-        agent, rc = self.run_agent(prefix + COMMON + flags + [WORKER, "first", "second"], 180,
-                                   env={"LAUNCH_OUT": out}, program=program)
+
+        def start():
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            return self.start(prefix + COMMON + flags + [WORKER, "first", "second"], env={"LAUNCH_OUT": out},
+                              program=program)
+
+        if program == PYTHON:  # torch's launcher, whose own --standalone rendezvous may fail on a busy machine
+            agent, rc = self.run_torch_launcher(start, 180, lambda agent, rc: rc == 0)
+        else:
+            agent = start()
+            rc = agent.wait(180)
         self.assertEqual(rc, 0, agent.describe())
         results = []
         for rank in range(NPROC):

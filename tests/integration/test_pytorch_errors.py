@@ -273,19 +273,18 @@ class TorchrunParity(IntegrationTestCase):
         return self.start(common + ["--python", PYTHON, self.worker], env=env)
 
     def run_launcher(self, launcher, flags, mode, log_dir):
-        """launch() and wait: (agent, exit code). torchrun's own rendezvous store is flaky when several
-        --standalone torchruns run at once (seen with 1.13: RendezvousConnectionError "Broken pipe" from its
-        agent, which then kills the workers before they ran): a torchrun that ended that way instead of as the
-        case expects (exit 0, or a worker's ChildFailedError) is not the case under test and runs again (3
-        tries). (The same error is also logged, harmlessly, at the end of successful runs.)"""
-        for attempt in range(3):
+        """launch() and wait: (agent, exit code); torchrun's own flaky --standalone rendezvous gets 3 tries
+        (IntegrationTestCase.run_torch_launcher; the same error is also logged, harmlessly, at the end of
+        successful runs)."""
+        def start():
             shutil.rmtree(log_dir, ignore_errors=True)
-            agent = self.launch(launcher, flags, mode, log_dir)
-            rc = agent.wait(JOB_WAIT)
-            as_expected = CHILD_FAILED in agent.stderr() if mode else rc == 0
-            if launcher != "torch" or as_expected or "RendezvousConnectionError" not in agent.stderr() or attempt == 2:
-                return agent, rc
-            print(f"torchrun {flags} {mode!r}: its own rendezvous failed (RendezvousConnectionError); again")
+            return self.launch(launcher, flags, mode, log_dir)
+
+        if launcher != "torch":
+            agent = start()
+            return agent, agent.wait(JOB_WAIT)
+        return self.run_torch_launcher(start, JOB_WAIT,
+                                       lambda agent, rc: CHILD_FAILED in agent.stderr() if mode else rc == 0)
 
     def tree(self, log_dir, who):
         """Sorted paths under the only run directory in log_dir (directories end in "/")."""
