@@ -29,6 +29,7 @@
 
 #include "agent/process/prestart.h"
 #include "catch_compat.h"
+#include "eventually.h"
 #include "temp_dir.h"
 
 namespace {
@@ -706,13 +707,20 @@ TEST_CASE("destroying the context ends its standbys", "[process_context][prestar
     asio::io_context io;
     ProcessContext ctx(io, {});
     ctx.prestart(s.launch({}, {{"RANK", "0"}}), 2, s.stub);
+    // The standby by its command line. Polled: a python3 on PATH may be a launcher that execs the real one
+    // (pyenv's shim: bash, then python), and a process in the middle of an exec shows an empty command line.
     pid_t standby = -1;
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (read_file(entry.path() / "cmdline").find(s.stub.string()) != std::string::npos) standby = std::stoi(name);
-    }
-    REQUIRE(standby > 0);
+    REQUIRE(ddprun::testing::eventually([&] {
+      for (const auto& entry : fs::directory_iterator("/proc")) {
+        const std::string name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        if (read_file(entry.path() / "cmdline").find(s.stub.string()) != std::string::npos) {
+          standby = std::stoi(name);
+          return true;
+        }
+      }
+      return false;
+    }));
     pidfd = pidfd_open(standby);
     REQUIRE(pidfd >= 0);
   }
