@@ -373,20 +373,6 @@ class IntegrationTestCase(unittest.TestCase):
         agent = self.start(args, **kwargs)
         return agent, agent.wait(timeout)
 
-    def run_torch_launcher(self, start, timeout, as_expected):
-        """start() (which starts a torch launcher - torchrun, torch.distributed.launch - and returns its Agent)
-        and wait: (agent, exit code). A run that did not end as_expected(agent, rc) and failed in torch's own
-        rendezvous (RendezvousConnectionError: Debian's torch 1.13 --standalone store breaks now and then on a
-        busy machine, "Broken pipe", "The connection to the C10d store has failed", and its agent kills the
-        workers before they ran) is not the case under test: start() runs again, 3 tries in all."""
-        for attempt in range(3):
-            agent = start()
-            rc = agent.wait(timeout)
-            if as_expected(agent, rc) or "RendezvousConnectionError" not in agent.stderr() or attempt == 2:
-                return agent, rc
-            print(f"{' '.join(agent.args[:4])} ...: torch's own rendezvous failed (RendezvousConnectionError); "
-                  "again", flush=True)
-
     def fake(self, *worker_args):
         """ddprun arguments that run fake_worker with `worker_args` (no Python)."""
         return ["--no_python", FAKE_WORKER] + [str(a) for a in worker_args]

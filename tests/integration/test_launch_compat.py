@@ -4,7 +4,6 @@ variant): the same flags give every worker the same arguments — --local_rank=N
 import glob
 import json
 import os
-import shutil
 import socket
 import unittest
 
@@ -21,17 +20,10 @@ class LaunchCompat(IntegrationTestCase):
     def launch(self, program, prefix, flags, name):
         out = self.path(name)
 
-        def start():
-            shutil.rmtree(out, ignore_errors=True)
-            os.makedirs(out)
-            return self.start(prefix + COMMON + flags + [WORKER, "first", "second"], env={"LAUNCH_OUT": out},
-                              program=program)
-
-        if program == PYTHON:  # torch's launcher, whose own --standalone rendezvous may fail on a busy machine
-            agent, rc = self.run_torch_launcher(start, 180, lambda agent, rc: rc == 0)
-        else:
-            agent = start()
-            rc = agent.wait(180)
+        os.makedirs(out)
+        agent = self.start(prefix + COMMON + flags + [WORKER, "first", "second"], env={"LAUNCH_OUT": out},
+                           program=program)
+        rc = agent.wait(180)
         self.assertEqual(rc, 0, agent.describe())
         results = []
         for rank in range(NPROC):
