@@ -65,6 +65,10 @@ constexpr FlagSpec kFlags[] = {
      "Seconds from forwarded signal to SIGKILL", "30", false},
     {K::kValue, "--exit_barrier_timeout,--exit-barrier-timeout", "",
      "Seconds to wait for other nodes at exit", "300", false},
+    {K::kValue, "--store_memory_budget,--store-memory-budget", "STORE_MEMORY_BUDGET",
+     "Memory the store this agent hosts may hold for its clients (unfinished requests, unread replies): "
+     "bytes, or with a unit K, M, G (binary)",
+     "256M", false},
     {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
      "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
     {K::kSwitch, "--prestart", "PRESTART",

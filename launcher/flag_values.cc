@@ -76,6 +76,15 @@ double seconds(const Given& g) {
   return *v;
 }
 
+uint64_t byte_size(const Given& g, uint64_t min) {
+  auto v = parse_byte_size(trim(g.text));
+  if (!v || *v < min) {
+    fail(g, "a size of at least " + std::to_string(min) + " bytes: a whole number with an optional unit K, M or G "
+            "(binary), like 256M");
+  }
+  return *v;
+}
+
 std::string one_of(const Given& g, const std::vector<std::string>& choices) {
   for (const auto& c : choices) {
     if (g.text == c) return c;

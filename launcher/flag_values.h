@@ -62,6 +62,9 @@ std::optional<double> to_double(const std::string& raw);
 int int_at_least(const Given& g, long long min);
 // A number of seconds >= 0 (fractions allowed).
 double seconds(const Given& g);
+// A size in bytes of at least `min`: a whole number with an optional binary unit, "256M", "1G", "65536"
+// (rendezvous/text_util.h's parse_byte_size; blanks around it allowed).
+uint64_t byte_size(const Given& g, uint64_t min);
 // Exactly one of `choices` (case-sensitive); returns it.
 std::string one_of(const Given& g, const std::vector<std::string>& choices);
 

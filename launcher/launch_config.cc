@@ -287,6 +287,7 @@ class Parser {
     c.shutdown_timeout = seconds(get("--shutdown_timeout"));
     c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
     c.hang_timeout = seconds(get("--hang_timeout"));
+    c.store_memory_budget = byte_size(get("--store_memory_budget"), uint64_t{1} << 20);
     c.prestart = flag_value("--prestart");
     c.prestart_delay = seconds(get("--prestart_delay"));
     if (c.prestart && c.no_python && !c.run_path) {

@@ -96,6 +96,9 @@ struct LaunchConfig {
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
+  // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
+  // (--store_memory_budget, ddprun extension; rendezvous/store_server.h's memory_budget).
+  uint64_t store_memory_budget = uint64_t{256} << 20;
   bool prestart = false;              // --prestart (ddprun extension): agent/process/prestart.h
   double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses

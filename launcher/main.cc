@@ -57,6 +57,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
     o.fallback_endpoints = c.rdzv_fallbacks;
     o.failover = c.store_failover;
     o.local_addr = c.local_addr;
+    o.store_memory_budget = c.store_memory_budget;
     return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
   }
   const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
@@ -68,6 +69,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
   o.master_port = c.rdzv_endpoint.port;
   o.host_store = o.node_rank == 0;
   if (standalone) o.bind_host = c.rdzv_endpoint.host;
+  o.store_memory_budget = c.store_memory_budget;
   o.join_timeout = millis(t.join_timeout);
   o.connect_timeout = o.join_timeout;
   return std::make_unique<ddprun::rdzv::StaticRendezvous>(o);

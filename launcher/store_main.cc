@@ -1,6 +1,7 @@
 // ddprun-store: runs the rendezvous store alone, for tests, benchmarks and users who want a standing store.
 //
-//   ddprun-store [--host ADDR] [--port N] [--dialect auto|legacy|mid2023|modern] [limits...]
+//   ddprun-store [--host ADDR] [--port N] [--dialect auto|legacy|mid2023|modern] [--memory-budget SIZE]
+//                [limits...]
 //
 // Prints "ddprun-store listening on ADDR:PORT" on stdout once it accepts connections (port 0 picks one).
 // Stops cleanly on SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 2 bad flags, 3 cannot listen.
@@ -15,6 +16,7 @@
 
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_server.h"
+#include "rendezvous/text_util.h"
 
 namespace {
 
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   std::string dialect = "auto";
   std::string log_level = "info";
   size_t request_timeout_ms = static_cast<size_t>(opts.request_timeout.count());
+  std::string memory_budget;
   app.add_option("--host", opts.host, "Address to listen on (default: every interface, IPv4 and IPv6)");
   app.add_option("--port", opts.port, "TCP port; 0 picks a free one")->check(CLI::Range(0, 65535));
   app.add_option("--dialect", dialect, "Protocol dialect: auto detects it per connection")
@@ -49,6 +52,10 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout-ms", request_timeout_ms,
                  "A client must complete a request it started within this time")
       ->check(CLI::PositiveNumber);
+  app.add_option("--memory-budget", memory_budget,
+                 "Memory the store may hold for its clients (unfinished requests, unread replies; a stored value "
+                 "queued for many clients counts once): bytes, or with a unit K, M, G (binary). Default: four of "
+                 "the largest values (256M with the default --max-value-bytes)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   try {
@@ -63,6 +70,17 @@ int main(int argc, char** argv) {
   opts.request_timeout = std::chrono::milliseconds(request_timeout_ms);
   opts.limits.max_request_bytes = std::max(opts.limits.max_request_bytes,
                                            2 * opts.limits.max_value_bytes + opts.limits.max_key_bytes + 64);
+  opts.memory_budget = default_memory_budget(opts.limits);
+  if (!memory_budget.empty()) {
+    auto bytes = ddprun::parse_byte_size(memory_budget);
+    if (!bytes || *bytes < (uint64_t{1} << 20)) {
+      std::cerr << "ddprun-store: invalid --memory-budget value '" << memory_budget
+                << "': expected a size of at least 1M: a whole number with an optional unit K, M or G "
+                   "(binary), like 256M\n";
+      return 2;
+    }
+    opts.memory_budget = *bytes;
+  }
   raise_fd_limit();
 
   boost::asio::io_context io;

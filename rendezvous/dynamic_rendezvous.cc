@@ -35,6 +35,7 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
     try {
       StoreServerOptions so;
       so.port = options_.endpoint_port;
+      so.memory_budget = options_.store_memory_budget;
       store_at_.port = host_store(so);
     } catch (const BindError& e) {
       if (options_.is_host.value_or(false)) throw;

@@ -76,6 +76,8 @@ struct DynamicRendezvousOptions {
   std::vector<Endpoint> fallback_endpoints;
   bool failover = true;    // survive the store host's loss (store_failover.h); needs max_nodes > 1
   std::string local_addr;  // this node's address for the others (its standby store); "" = found by routing
+  // StoreServerOptions::memory_budget of the stores this agent hosts, the job's and its standby (0: default).
+  size_t store_memory_budget = 0;
   // Host the store: explicitly (is_host=1/0) or, when unset, if the endpoint is an address of this machine.
   std::optional<bool> is_host;
   std::string identity;  // unique per agent; default "<hostname>:<pid>"

@@ -18,66 +18,71 @@ std::optional<int64_t> parse_int(const std::string& s) {
 
 }  // namespace
 
-void KeyValueState::store(const std::string& key, std::string value) {
+const SharedValue& KeyValueState::store(const std::string& key, SharedValue value) {
   auto [it, inserted] = values_.try_emplace(key);
   if (inserted) {
     stored_bytes_ += key.size();
   } else {
-    stored_bytes_ -= it->second.size();
+    stored_bytes_ -= it->second->size();
   }
-  stored_bytes_ += value.size();
+  stored_bytes_ += value->size();
   it->second = std::move(value);
+  return it->second;
+}
+
+SharedValue KeyValueState::old_for_watchers(const std::string& key, const SharedValue& current) const {
+  return watchers_by_key_.count(key) ? current : SharedValue();
 }
 
 void KeyValueState::set(const std::string& key, std::string value) {
   auto it = values_.find(key);
-  std::optional<std::string> old;
-  if (it != values_.end() && watchers_by_key_.count(key)) old = it->second;
-  bool existed = it != values_.end();
-  store(key, std::move(value));
-  written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old ? &*old : nullptr,
-          &values_.at(key));
+  const bool existed = it != values_.end();
+  SharedValue old = existed ? old_for_watchers(key, it->second) : SharedValue();
+  const SharedValue& now = store(key, make_shared_value(std::move(value)));
+  written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
 }
 
 const std::string* KeyValueState::get(const std::string& key) const {
   auto it = values_.find(key);
-  return it == values_.end() ? nullptr : &it->second;
+  return it == values_.end() ? nullptr : it->second.get();
+}
+
+const SharedValue& KeyValueState::shared(const std::string& key) const {
+  static const SharedValue kNone;
+  auto it = values_.find(key);
+  return it == values_.end() ? kNone : it->second;
 }
 
 std::optional<int64_t> KeyValueState::add(const std::string& key, int64_t delta) {
   auto it = values_.find(key);
   int64_t current = 0;
-  bool existed = it != values_.end();
-  std::optional<std::string> old;
+  const bool existed = it != values_.end();
+  SharedValue old;
   if (existed) {
-    auto parsed = parse_int(it->second);
+    auto parsed = parse_int(*it->second);
     if (!parsed) return std::nullopt;
     current = *parsed;
-    if (watchers_by_key_.count(key)) old = it->second;
+    old = old_for_watchers(key, it->second);
   }
   int64_t result = 0;
   if (__builtin_add_overflow(current, delta, &result)) return std::nullopt;
-  store(key, std::to_string(result));
-  written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old ? &*old : nullptr,
-          &values_.at(key));
+  const SharedValue& now = store(key, make_shared_value(std::to_string(result)));
+  written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
   return result;
 }
 
-std::string KeyValueState::compare_set(const std::string& key, const std::string& expected,
-                                       std::string desired) {
+SharedValue KeyValueState::compare_set(const std::string& key, std::string expected, std::string desired) {
   auto it = values_.find(key);
   if (it == values_.end()) {
-    if (!expected.empty()) return expected;
-    store(key, std::move(desired));
-    const std::string& now = values_.at(key);
-    written(key, WatchEvent::kKeyCreated, nullptr, &now);
+    if (!expected.empty()) return make_shared_value(std::move(expected));
+    const SharedValue& now = store(key, make_shared_value(std::move(desired)));
+    written(key, WatchEvent::kKeyCreated, nullptr, now);
     return now;
   }
-  if (it->second == expected) {
-    std::string old = it->second;  // a copy: store() subtracts the old value's size from stored_bytes_
-    store(key, std::move(desired));
-    const std::string& now = values_.at(key);
-    written(key, WatchEvent::kKeyUpdated, &old, &now);
+  if (*it->second == expected) {
+    SharedValue old = it->second;  // kept alive: the notification carries it
+    const SharedValue& now = store(key, make_shared_value(std::move(desired)));
+    written(key, WatchEvent::kKeyUpdated, old, now);
     return now;
   }
   return it->second;
@@ -91,40 +96,48 @@ bool KeyValueState::check(const std::vector<std::string>& keys) const {
 bool KeyValueState::remove(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return false;
-  std::string old = std::move(it->second);
-  stored_bytes_ -= key.size() + old.size();
+  SharedValue old = std::move(it->second);
+  stored_bytes_ -= key.size() + old->size();
   values_.erase(it);
-  deleted(key, old);
+  notify_watchers(key, WatchEvent::kKeyDeleted, old, nullptr);
   return true;
 }
 
 void KeyValueState::append(const std::string& key, std::string_view value) {
   auto it = values_.find(key);
   if (it == values_.end()) {
-    store(key, std::string(value));
-    written(key, WatchEvent::kKeyCreated, nullptr, &values_.at(key));
+    const SharedValue& now = store(key, make_shared_value(std::string(value)));
+    written(key, WatchEvent::kKeyCreated, nullptr, now);
     return;
   }
-  std::optional<std::string> old;
-  if (watchers_by_key_.count(key)) old = it->second;
-  it->second.append(value);
+  SharedValue old = old_for_watchers(key, it->second);
+  if (it->second.use_count() == 1) {
+    // Nobody else holds the buffer (no queued reply, no watcher's old value): grow it in place. It was made
+    // non-const by make_shared_value, so this is allowed.
+    const_cast<std::string&>(*it->second).append(value);
+  } else {
+    std::string grown;
+    grown.reserve(it->second->size() + value.size());
+    grown.append(*it->second).append(value);
+    it->second = make_shared_value(std::move(grown));
+  }
   stored_bytes_ += value.size();
-  written(key, WatchEvent::kKeyUpdated, old ? &*old : nullptr, &it->second);
+  written(key, WatchEvent::kKeyUpdated, old, it->second);
 }
 
 void KeyValueState::queue_push(const std::string& key, std::string value) {
   auto& q = queues_[key];
   stored_bytes_ += value.size() + (q.empty() ? key.size() : 0);
-  q.push_back(std::move(value));
-  written(key, WatchEvent::kKeyUpdated, nullptr, &q.back(), /*wake_one=*/true);
+  q.push_back(make_shared_value(std::move(value)));
+  written(key, WatchEvent::kKeyUpdated, nullptr, q.back(), /*wake_one=*/true);
 }
 
-std::optional<std::string> KeyValueState::queue_pop(const std::string& key) {
+SharedValue KeyValueState::queue_pop(const std::string& key) {
   auto it = queues_.find(key);
-  if (it == queues_.end()) return std::nullopt;
-  std::string v = std::move(it->second.front());
+  if (it == queues_.end()) return nullptr;
+  SharedValue v = std::move(it->second.front());
   it->second.pop_front();
-  stored_bytes_ -= v.size();
+  stored_bytes_ -= v->size();
   if (it->second.empty()) {
     stored_bytes_ -= key.size();
     queues_.erase(it);
@@ -133,6 +146,11 @@ std::optional<std::string> KeyValueState::queue_pop(const std::string& key) {
 }
 
 std::vector<std::string> KeyValueState::list_keys() const { return list_keys({}); }
+
+int64_t KeyValueState::count_keys(std::string_view prefix) const {
+  if (prefix.empty()) return num_keys();
+  return std::count_if(values_.begin(), values_.end(), [&](const auto& kv) { return kv.first.starts_with(prefix); });
+}
 
 std::vector<std::string> KeyValueState::list_keys(std::string_view prefix) const {
   std::vector<std::string> keys;
@@ -171,13 +189,13 @@ void KeyValueState::collect_keyspaces() {
     const std::string& prefix = it->first;
     std::erase_if(values_, [&](const auto& kv) {
       if (!kv.first.starts_with(prefix)) return false;
-      stored_bytes_ -= kv.first.size() + kv.second.size();
+      stored_bytes_ -= kv.first.size() + kv.second->size();
       return true;
     });
     std::erase_if(queues_, [&](const auto& kq) {
       if (!kq.first.starts_with(prefix)) return false;
       stored_bytes_ -= kq.first.size();
-      for (const auto& v : kq.second) stored_bytes_ -= v.size();
+      for (const auto& v : kq.second) stored_bytes_ -= v->size();
       return true;
     });
     it = keyspace_refs_.erase(it);
@@ -237,8 +255,8 @@ void KeyValueState::unwatch(HandleId id) {
   watchers_.erase(it);
 }
 
-void KeyValueState::written(const std::string& key, WatchEvent event, const std::string* old_value,
-                            const std::string* new_value, bool wake_one) {
+void KeyValueState::written(const std::string& key, WatchEvent event, const SharedValue& old_value,
+                            const SharedValue& new_value, bool wake_one) {
   if (key == kWorkerKeyspaceKey) collect_keyspaces();
   if (auto it = waiters_by_key_.find(key); it != waiters_by_key_.end()) {
     // Every waiter of the key counts this write (a queue push: only up to the first one it completes).
@@ -258,12 +276,8 @@ void KeyValueState::written(const std::string& key, WatchEvent event, const std:
   notify_watchers(key, event, old_value, new_value);
 }
 
-void KeyValueState::deleted(const std::string& key, const std::string& old_value) {
-  notify_watchers(key, WatchEvent::kKeyDeleted, &old_value, nullptr);
-}
-
-void KeyValueState::notify_watchers(const std::string& key, WatchEvent event, const std::string* old_value,
-                                    const std::string* new_value) {
+void KeyValueState::notify_watchers(const std::string& key, WatchEvent event, const SharedValue& old_value,
+                                    const SharedValue& new_value) {
   auto it = watchers_by_key_.find(key);
   if (it == watchers_by_key_.end()) return;
   std::vector<HandleId> ids(it->second.begin(), it->second.end());  // a callback may unwatch

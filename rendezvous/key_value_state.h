@@ -6,6 +6,9 @@
 // the state is updated; they may read the state but must not register or cancel waits/watches re-entrantly
 // other than their own (the state tolerates a callback cancelling itself).
 //
+// Values are SharedValues (shared_value.h): immutable buffers that replies and notifications reference
+// instead of copying. A write replaces a key's buffer; the old one lives on while a queued reply holds it.
+//
 // Semantics follow PyTorch's TCPStore server (docs/wire-protocol.md):
 //  - add() stores the integer as ASCII decimal; a missing key counts as 0.
 //  - compare_set(): missing key + empty expected -> store desired; missing + non-empty expected -> no
@@ -31,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rendezvous/shared_value.h"
 #include "rendezvous/wire_codec.h"
 
 namespace ddprun::rdzv {
@@ -39,31 +43,37 @@ class KeyValueState {
  public:
   using HandleId = uint64_t;
   using ReadyFn = std::function<void()>;
-  // Legacy WATCH_KEY: event, key, old value (nullptr when created), new value (nullptr when deleted).
-  using WatchFn =
-      std::function<void(WatchEvent, const std::string& key, const std::string* old_value,
-                         const std::string* new_value)>;
+  // Legacy WATCH_KEY: event, key, old value (null when created), new value (null when deleted).
+  using WatchFn = std::function<void(WatchEvent, const std::string& key, const SharedValue& old_value,
+                                     const SharedValue& new_value)>;
 
   KeyValueState() = default;
   KeyValueState(const KeyValueState&) = delete;
   KeyValueState& operator=(const KeyValueState&) = delete;
 
   void set(const std::string& key, std::string value);
+  // The key's bytes, or nullptr when it is missing; valid until the key is next written.
   const std::string* get(const std::string& key) const;
+  // The key's buffer, to reference rather than copy (null when the key is missing).
+  const SharedValue& shared(const std::string& key) const;
   // Returns nullopt (and changes nothing) when the current value is not a decimal integer or the sum
   // overflows.
   std::optional<int64_t> add(const std::string& key, int64_t delta);
-  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  // Returns the value now stored (or `expected` when the key is missing and expected is non-empty).
+  SharedValue compare_set(const std::string& key, std::string expected, std::string desired);
   bool check(const std::vector<std::string>& keys) const;
   bool remove(const std::string& key);
   int64_t num_keys() const { return static_cast<int64_t>(values_.size()); }
+  // Keys that start with `prefix` (a keyspace's), without building a list.
+  int64_t count_keys(std::string_view prefix) const;
   std::vector<std::string> list_keys() const;
+  // Appends in place when no reply references the value, else makes a new buffer.
   void append(const std::string& key, std::string_view value);
 
   // Queues (modern QUEUE_PUSH/POP/LEN) live beside the keys. WAIT and CHECK count a non-empty queue as
   // present; a push wakes one waiter of the queue's key (the one that will pop it), as torch's libuv server.
   void queue_push(const std::string& key, std::string value);
-  std::optional<std::string> queue_pop(const std::string& key);
+  SharedValue queue_pop(const std::string& key);  // null when the queue is empty
   int64_t queue_len(const std::string& key) const;
 
   // Registers `on_ready` to run once when every key in `keys` has been written. Returns nullopt (and
@@ -105,18 +115,20 @@ class KeyValueState {
   };
 
   // Runs after every write of `key`: wakes waiters, notifies watchers.
-  void written(const std::string& key, WatchEvent event, const std::string* old_value,
-               const std::string* new_value, bool wake_one = false);
-  void deleted(const std::string& key, const std::string& old_value);
-  void notify_watchers(const std::string& key, WatchEvent event, const std::string* old_value,
-                       const std::string* new_value);
-  void store(const std::string& key, std::string value);
+  void written(const std::string& key, WatchEvent event, const SharedValue& old_value,
+               const SharedValue& new_value, bool wake_one = false);
+  void notify_watchers(const std::string& key, WatchEvent event, const SharedValue& old_value,
+                       const SharedValue& new_value);
+  // Stores `value` at `key`; returns the stored buffer (a reference into values_).
+  const SharedValue& store(const std::string& key, SharedValue value);
+  // The key's current buffer when someone watches it (a notification needs it), else null.
+  SharedValue old_for_watchers(const std::string& key, const SharedValue& current) const;
   // Erases the keys and queues of every keyspace that is neither current nor bound.
   void collect_keyspaces();
   std::string current_keyspace_prefix() const;
 
-  std::unordered_map<std::string, std::string> values_;
-  std::unordered_map<std::string, std::deque<std::string>> queues_;
+  std::unordered_map<std::string, SharedValue> values_;  // never null
+  std::unordered_map<std::string, std::deque<SharedValue>> queues_;
   // Per key, the ids of its waiters and watchers in registration order (ids grow): O(log n) to add or drop
   // one, so many waits on one key cost n log n in all, not n^2.
   std::unordered_map<HandleId, Waiter> waiters_;

@@ -19,6 +19,7 @@ StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options)
     StoreServerOptions so;
     so.host = options_.bind_host;
     so.port = options_.master_port;
+    so.memory_budget = options_.store_memory_budget;
     port = host_store(so);
   }
   connect(options_.master_addr, port,

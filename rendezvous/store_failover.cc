@@ -49,10 +49,11 @@ StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeo
 
 StoreFailover::~StoreFailover() = default;
 
-void StoreFailover::start_standby(const std::string& address, uint16_t port) {
+void StoreFailover::start_standby(const std::string& address, uint16_t port, size_t memory_budget) {
   StoreServerOptions o;
   o.preset = {{wire_key("standby"), "1"}};
   o.port = port;
+  o.memory_budget = memory_budget;
   try {
     standby_server_ = std::make_unique<StoreServerThread>(o);
   } catch (const BindError&) {

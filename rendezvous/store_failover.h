@@ -55,9 +55,10 @@ class StoreFailover {
                 std::chrono::milliseconds takeover_timeout);
   ~StoreFailover();
 
-  // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port.
-  // Throws BindError when no port can be bound.
-  void start_standby(const std::string& address, uint16_t port);
+  // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port, with
+  // `memory_budget` (StoreServerOptions::memory_budget; 0: the default). Throws BindError when no port can
+  // be bound.
+  void start_standby(const std::string& address, uint16_t port, size_t memory_budget = 0);
   // "addr:port" of the standby store; "" when this agent has none (it hosts the job's store).
   const std::string& standby() const { return standby_; }
 

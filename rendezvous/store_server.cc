@@ -2,9 +2,12 @@
 
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <deque>
+#include <span>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
@@ -12,6 +15,7 @@
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/key_value_state.h"
+#include "rendezvous/reply_queue.h"
 #include "rendezvous/store_error.h"
 #include "rendezvous/store_session.h"
 
@@ -43,6 +47,7 @@ class StoreServer::Impl {
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   KeyValueState state;
+  SharedBytes shared;  // the stored values that queued replies reference, each counted once
   std::unordered_set<std::shared_ptr<Connection>> connections;
   std::array<uint8_t, kScratchBytes> scratch{};
   StoreServerStats counters;
@@ -54,9 +59,11 @@ class StoreServer::Impl {
   uint64_t accept_errors_since_log = 0;
   // Connections that have not sent a byte yet, oldest first (expired entries are skipped).
   std::deque<std::weak_ptr<Connection>> silent;
-  // Bytes held for clients (unfinished requests, queued replies and notifications), all connections.
-  size_t buffered = 0;
+  // Bytes the connections hold copies of (unfinished requests, copied reply bytes), all connections; with
+  // shared.bytes(), what is held for clients (the memory budget's measure).
+  size_t owned = 0;
   size_t peak_buffered = 0;
+  size_t buffered() const { return owned + shared.bytes(); }
   const Connection* handling = nullptr;  // the connection whose requests are being handled right now
 
   void bind();
@@ -66,6 +73,9 @@ class StoreServer::Impl {
   void reclaim_silent();
   // Over memory_budget: drops the connections holding the most until under it again.
   void enforce_budget();
+  // Each connection's holding: its own copies, plus its part of every shared buffer it references (a buffer
+  // referenced by n connections counts 1/n to each), largest first.
+  std::vector<std::pair<size_t, std::shared_ptr<Connection>>> holdings() const;
 };
 
 class StoreServer::Connection : public std::enable_shared_from_this<Connection> {
@@ -76,23 +86,37 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
         peer_(std::move(peer)),
         timer_(server_->io),
         session_(server_->state, server_->options.limits, server_->options.dialect,
-                 [this] { on_async_output(); }) {}
+                 [this] { on_async_output(); }, &server_->shared),
+        writing_(&server_->shared) {}
 
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
-  size_t held() const { return accounted_; }
+  size_t owned() const { return accounted_; }
+  // Calls fn(buffer) once for each distinct shared buffer its queued replies reference.
+  template <class Fn>
+  void for_each_shared(Fn&& fn) const {
+    std::unordered_set<const std::string*> seen;
+    auto once = [&](const std::string& b) {
+      if (seen.insert(&b).second) fn(b);
+    };
+    session_.output().for_each_shared(once);
+    writing_.for_each_shared(once);
+  }
 
   // Updates the server's total of buffered bytes with this connection's current holding; drops connections
   // when the total is over the budget.
   void account() {
     recount();
-    if (server_->buffered > server_->options.memory_budget) server_->enforce_budget();
+    if (server_->buffered() > server_->options.memory_budget) server_->enforce_budget();
   }
   void recount() {
-    const size_t now = closed_ ? 0 : pending_.size() + session_.output().size() + writing_.size();
-    server_->buffered = server_->buffered - accounted_ + now;
+    const size_t now =
+        closed_ ? 0 : pending_.size() + session_.output().owned_bytes() + writing_.owned_bytes();
+    server_->owned = server_->owned - accounted_ + now;
     accounted_ = now;
-    server_->peak_buffered = std::max(server_->peak_buffered, server_->buffered);
+    server_->peak_buffered = std::max(server_->peak_buffered, server_->buffered());
   }
+  // Reply bytes this client has not read yet (shared values at their length).
+  size_t queued() const { return session_.output().size() + writing_.size(); }
 
   // Closes the connection from inside the store's notification loop: its output is discarded at once (it
   // must not keep growing), the close itself is posted.
@@ -100,7 +124,6 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     if (closed_ || close_posted_) return;
     close_posted_ = true;
     session_.output().clear();
-    session_.output().shrink_to_fit();
     recount();
     asio::post(server_->io, [self = shared_from_this(), reason = std::move(reason)] { self->close(reason); });
   }
@@ -177,8 +200,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     if (closed_) return;
     flush();
     if (closed_) return;
-    if (session_.output().size() + writing_.size() > server_->options.max_output_bytes) {
-      close("not reading its replies (" + std::to_string(session_.output().size()) + " bytes queued)");
+    if (queued() > server_->options.max_output_bytes) {
+      close("not reading its replies (" + std::to_string(queued()) + " bytes queued)");
       return;
     }
     account();
@@ -226,30 +249,36 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
     }
     flush();
     if (closed_) return;
-    const size_t queued = session_.output().size() + writing_.size();
-    if (queued > server_->options.max_output_bytes) {
-      close_soon("not reading its notifications (" + std::to_string(queued) + " bytes queued)");
+    if (queued() > server_->options.max_output_bytes) {
+      close_soon("not reading its notifications (" + std::to_string(queued()) + " bytes queued)");
     }
     account();
   }
 
+  // Writes everything queued with one gathering write: copied bytes and shared values (referenced, not
+  // copied) in order.
   void flush() {
     if (write_in_flight_ || closed_ || session_.output().empty()) return;
     write_in_flight_ = true;
     writing_.swap(session_.output());
-    asio::async_write(socket_, asio::buffer(writing_),
-                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                        self->write_in_flight_ = false;
-                        self->writing_.clear();
-                        self->writing_.shrink_to_fit();
-                        self->account();
-                        if (ec) {
-                          if (ec != asio::error::operation_aborted) self->close("");
-                          return;
-                        }
-                        self->flush();
-                        self->wait_readable();
-                      });
+    gather_.clear();
+    writing_.for_each_piece([this](const char* p, size_t n) { gather_.emplace_back(p, n); });
+    auto done = [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+      self->write_in_flight_ = false;
+      self->writing_.clear();
+      self->account();
+      if (ec) {
+        if (ec != asio::error::operation_aborted) self->close("");
+        return;
+      }
+      self->flush();
+      self->wait_readable();
+    };
+    if (gather_.size() == 1) {
+      asio::async_write(socket_, gather_.front(), std::move(done));  // small replies: one piece
+    } else {
+      asio::async_write(socket_, std::span<const asio::const_buffer>(gather_), std::move(done));
+    }
   }
 
   std::shared_ptr<Impl> server_;
@@ -258,14 +287,15 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   asio::steady_timer timer_;
   StoreSession session_;
   std::vector<uint8_t> pending_;
-  std::string writing_;
+  ReplyQueue writing_;  // the replies being written; what the session queues meanwhile waits in its output()
+  std::vector<asio::const_buffer> gather_;  // writing_'s pieces, for the write in flight
   bool reading_ = false;
   bool write_in_flight_ = false;
   bool timer_armed_ = false;
   bool closed_ = false;
   bool close_posted_ = false;
   bool silent_ = true;  // no byte received yet
-  size_t accounted_ = 0;  // this connection's part of server_->buffered
+  size_t accounted_ = 0;  // this connection's part of server_->owned
   std::chrono::steady_clock::time_point accepted_at_ = std::chrono::steady_clock::now();
 };
 
@@ -345,20 +375,34 @@ void StoreServer::Impl::accept_failed(const boost::system::error_code& ec) {
   });
 }
 
+std::vector<std::pair<size_t, std::shared_ptr<StoreServer::Connection>>> StoreServer::Impl::holdings() const {
+  std::unordered_map<const std::string*, size_t> holders;  // shared buffer -> connections referencing it
+  for (const auto& c : connections) c->for_each_shared([&](const std::string& b) { ++holders[&b]; });
+  std::vector<std::pair<size_t, std::shared_ptr<Connection>>> ranked;
+  ranked.reserve(connections.size());
+  for (const auto& c : connections) {
+    size_t held = c->owned();
+    c->for_each_shared([&](const std::string& b) { held += b.size() / holders[&b]; });
+    ranked.emplace_back(held, c);
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return ranked;
+}
+
 void StoreServer::Impl::enforce_budget() {
-  const size_t share = options.memory_budget / std::max<size_t>(1, connections.size());
-  while (buffered > options.memory_budget) {
-    std::shared_ptr<Connection> largest;
-    for (const auto& c : connections) {
-      // The connection whose request is being handled is spared: its input is released right after.
-      if (c.get() == handling || c->closing()) continue;
-      if (!largest || c->held() > largest->held()) largest = c;
-    }
+  const size_t budget = options.memory_budget;
+  const size_t share = budget / std::max<size_t>(1, connections.size());
+  // Ranked once per call: a shared buffer leaves the total only when its last holder is dropped, so the
+  // holders of one buffer are dropped in turn while the total stays over the budget.
+  for (const auto& [held, c] : holdings()) {
+    if (buffered() <= budget) return;
+    // The connection whose request is being handled is spared: its input is released right after.
+    if (c.get() == handling || c->closing()) continue;
     // Only a connection over its share is dropped; what is left over is held by connections being closed.
-    if (!largest || largest->held() <= share) return;
-    spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered, options.memory_budget);
-    largest->close_soon("holds " + std::to_string(largest->held()) + " bytes of the store's memory (its share is " +
-                        std::to_string(share) + ")");  // its queued output is released at once
+    if (held <= share) return;
+    spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered(), budget);
+    c->close_soon("holds " + std::to_string(held) + " bytes of the store's memory (its share is " +
+                  std::to_string(share) + ")");  // its queued output is released at once
   }
 }
 
@@ -425,9 +469,16 @@ size_t connection_limit(size_t configured) {
 
 }  // namespace
 
+size_t default_memory_budget(const WireLimits& limits) {
+  return 4 * limits.max_value_bytes;
+}
+
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
     : impl_(std::make_shared<Impl>(io, std::move(options))) {
   impl_->options.max_connections = connection_limit(impl_->options.max_connections);
+  if (impl_->options.memory_budget == 0) {
+    impl_->options.memory_budget = default_memory_budget(impl_->options.limits);
+  }
   impl_->self = impl_;
   for (const auto& [key, value] : impl_->options.preset) impl_->state.set(key, value);
   impl_->bind();
@@ -465,7 +516,8 @@ StoreServerStats StoreServer::stats() const {
   s.keys = impl_->state.num_keys();
   s.pending_waits = impl_->state.pending_waits();
   s.stored_bytes = impl_->state.stored_bytes();
-  s.buffered_bytes = impl_->buffered;
+  s.buffered_bytes = impl_->buffered();
+  s.shared_bytes = impl_->shared.bytes();
   s.peak_buffered_bytes = impl_->peak_buffered;
   return s;
 }

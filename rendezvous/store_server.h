@@ -4,10 +4,15 @@
 // io_context's thread, so nothing is locked. Idle connections hold no read buffer (a readiness wait plus
 // a shared scratch buffer), which is how one server holds tens of thousands of them.
 //
+// Replies reference stored values instead of copying them (shared_value.h, reply_queue.h) and are written
+// with gathering writes: a value read by 1000 clients, or carried by the notifications of 100 watchers, is in
+// memory once.
+//
 // Protection: a client that sends garbage, an unknown command, a length over the limits, a request that
 // does not complete within `request_timeout`, or that stops reading while its replies (or its wait and
-// watch notifications) pile up past `max_output_bytes`, is dropped with one log line; every other client keeps being served and no stored
-// data is lost. Connections beyond `max_connections` are closed at accept; near that limit, connections that
+// watch notifications) pile up past `max_output_bytes`, is dropped with one log line; so are the clients
+// holding the most when all together hold more than `memory_budget`. Every other client keeps being served
+// and no stored data is lost. Connections beyond `max_connections` are closed at accept; near that limit, connections that
 // never sent a byte for `silent_timeout` are reclaimed oldest first. Accept errors (out of descriptors) and
 // refusals are logged at most once a second with a count.
 //
@@ -40,11 +45,16 @@ struct StoreServerOptions {
   // 0: the process's file-descriptor limit (its soft limit, first raised to the hard one) minus 64 kept for
   // the rest of the process; connections beyond are closed at accept.
   size_t max_connections = 0;
-  size_t max_output_bytes = 256 * 1024 * 1024;  // unread replies per connection
-  // All connections together: bytes of unfinished requests and of queued replies and notifications. Over it,
-  // the connections holding the most, each over its share (the budget divided by the connections), are
-  // dropped (one log line each) until it is met again; stored keys do not count and are never dropped.
-  size_t memory_budget = size_t{1} << 30;
+  // Unread replies per connection, as the client would read them: a shared value counts at its length each
+  // time it is queued (a few bytes of pipelined GETs must not commit a client to gigabytes of replies).
+  size_t max_output_bytes = 256 * 1024 * 1024;
+  // Memory held for clients, all connections together: bytes of unfinished requests, reply bytes copied into
+  // queues, and the stored values that queued replies reference, each buffer counted once however many
+  // queues reference it. Over it, the connections holding the most (a shared buffer counted 1/n to each of
+  // its n holders), each over its share (the budget divided by the connections), are dropped (one log line
+  // each) until it is met again; stored keys do not count and are never dropped. 0: the default,
+  // default_memory_budget(limits).
+  size_t memory_budget = 0;
   std::chrono::milliseconds request_timeout{30000};
   // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
   // than 90% of max_connections (torch 1.13's callback connection legitimately stays silent: only a server
@@ -64,9 +74,18 @@ struct StoreServerStats {
   int64_t keys = 0;
   size_t pending_waits = 0;
   size_t stored_bytes = 0;
-  size_t buffered_bytes = 0;       // held for clients now (see memory_budget)
+  size_t buffered_bytes = 0;       // held for clients now (see memory_budget), shared_bytes included
+  size_t shared_bytes = 0;         // of which stored values referenced by queued replies, each counted once
   size_t peak_buffered_bytes = 0;  // the most ever held at once
 };
+
+// The default memory budget: four of the largest values the limits admit (256 MiB with the default limits):
+// the largest request (a COMPARE_SET or MULTI_SET carries two values) twice over, so that a client sending it
+// is not dropped for it while others hold a little. Ordinary
+// traffic holds far less (torch clients have one request in flight; a value read by every rank is held
+// once); the budget bounds what hostile or stuck clients can make a store beside the training processes
+// hold, a quarter of the 1 GiB of earlier versions.
+size_t default_memory_budget(const WireLimits& limits);
 
 class StoreServer {
  public:

@@ -6,8 +6,11 @@
 namespace ddprun::rdzv {
 
 StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optional<Dialect> dialect,
-                           std::function<void()> on_async_output)
-    : state_(state), parser_(limits, dialect), on_async_output_(std::move(on_async_output)) {}
+                           std::function<void()> on_async_output, SharedBytes* ledger, size_t share_at)
+    : state_(state),
+      parser_(limits, dialect),
+      on_async_output_(std::move(on_async_output)),
+      out_(ledger, share_at) {}
 
 StoreSession::~StoreSession() {
   for (auto id : waits_) state_.cancel_wait(id);
@@ -15,15 +18,36 @@ StoreSession::~StoreSession() {
   if (bound_) state_.unbind_keyspace(prefix_);
 }
 
+void StoreSession::bind() {
+  if (bound_) return;
+  prefix_ = state_.bind_keyspace();
+  bound_ = true;
+}
+
 void StoreSession::scope(Request& req) {
+  bool agent_key = false;
   for (auto& k : req.keys) {
-    if (k.starts_with(KeyValueState::kAgentNamespace)) continue;
-    if (!bound_) {
-      prefix_ = state_.bind_keyspace();
-      bound_ = true;
+    if (k.starts_with(KeyValueState::kAgentNamespace)) {
+      agent_key = true;
+      continue;
     }
+    bind();
+    if (view_ == View::kUndecided) view_ = View::kKeyspace;
     if (!prefix_.empty()) k.insert(0, prefix_);
   }
+  if (agent_key && view_ == View::kUndecided) view_ = View::kWholeStore;
+  if ((req.op == Op::kGetNumKeys || req.op == Op::kListKeys) && view_ == View::kUndecided) {
+    bind();  // a worker asking before it named a key: its keyspace, not the agents' keys
+    view_ = View::kKeyspace;
+  }
+}
+
+int64_t StoreSession::count_view() const {
+  return view_ == View::kWholeStore ? state_.num_keys() : state_.count_keys(prefix_);
+}
+
+std::vector<std::string> StoreSession::list_view() const {
+  return view_ == View::kWholeStore ? state_.list_keys() : state_.list_keys(prefix_);
 }
 
 std::string_view StoreSession::unscoped(const std::string& key) const {
@@ -61,11 +85,11 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
   auto self_id = std::make_shared<KeyValueState::HandleId>(0);
   auto id = state_.wait(keys, [this, self_id] {
     waits_.erase(*self_id);
-    WireWriter(out_).u8(kWaitStopWaiting);
+    out_.u8(kWaitStopWaiting);
     if (on_async_output_) on_async_output_();
   });
   if (!id) {
-    WireWriter(out_).u8(kWaitStopWaiting);
+    out_.u8(kWaitStopWaiting);
     return;
   }
   *self_id = *id;
@@ -73,7 +97,7 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
 }
 
 std::string StoreSession::handle(Request& req, size_t max_output) {
-  WireWriter w(out_);
+  ReplyQueue& w = out_;
   scope(req);
   switch (req.op) {
     case Op::kValidate:
@@ -85,14 +109,12 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       state_.set(req.keys[0], std::move(req.values[0]));
       break;
     case Op::kCompareSet:
-      w.bytes(state_.compare_set(req.keys[0], req.values[0], std::move(req.values[1])));
+      w.bytes(state_.compare_set(req.keys[0], std::move(req.values[0]), std::move(req.values[1])));
       break;
-    case Op::kGet: {
+    case Op::kGet:
       // Clients WAIT before GET; a GET of a missing key gets an empty value to keep the stream in step.
-      const std::string* v = state_.get(req.keys[0]);
-      w.bytes(v ? std::string_view(*v) : std::string_view());
+      w.bytes(state_.shared(req.keys[0]));
       break;
-    }
     case Op::kAdd: {
       auto v = state_.add(req.keys[0], req.delta);
       if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
@@ -110,7 +132,7 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       handle_wait(req.keys);
       break;
     case Op::kGetNumKeys:
-      w.i64(prefix_.empty() ? state_.num_keys() : static_cast<int64_t>(state_.list_keys(prefix_).size()));
+      w.i64(count_view());
       break;
     case Op::kDeleteKey:
       w.i64(state_.remove(req.keys[0]) ? 1 : 0);
@@ -123,14 +145,14 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       size_t reply = 0;
       found_.clear();
       for (const auto& k : req.keys) {
-        found_.push_back(state_.get(k));
-        reply += sizeof(uint64_t) + (found_.back() ? found_.back()->size() : 0);
+        found_.push_back(&state_.shared(k));
+        reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
       }
       if (reply > max_output - std::min(max_output, out_.size())) {
         return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
                std::to_string(max_output);
       }
-      for (const std::string* v : found_) w.bytes(v ? std::string_view(*v) : std::string_view());
+      for (const SharedValue* v : found_) w.bytes(*v);
       break;
     }
     case Op::kMultiSet:
@@ -148,13 +170,13 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kQueuePop: {
       // Reply: the queue's length before the pop, then the element when there was one.
       w.i64(state_.queue_len(req.keys[0]));
-      if (auto v = state_.queue_pop(req.keys[0])) w.bytes(*v);
+      if (SharedValue v = state_.queue_pop(req.keys[0])) w.bytes(v);
       break;
     }
     case Op::kListKeys: {
-      auto keys = state_.list_keys(prefix_);
+      const auto keys = list_view();
       w.i64(static_cast<int64_t>(keys.size()));
-      for (const auto& k : keys) w.bytes(unscoped(k));
+      for (const auto& k : keys) w.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
       break;
     }
     case Op::kQueueLen:
@@ -169,13 +191,13 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
         return "more than " + std::to_string(parser_.limits().max_watched_keys) +
                " keys watched on one connection (the limit)";
       }
+      // The notification references the old and the new value: a hundred watchers cost them once.
       auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
-                                                 const std::string* old_value, const std::string* new_value) {
-        WireWriter ww(out_);
-        ww.u8(static_cast<uint8_t>(event));
-        ww.bytes(unscoped(key));
-        ww.bytes(old_value ? std::string_view(*old_value) : std::string_view());
-        ww.bytes(new_value ? std::string_view(*new_value) : std::string_view());
+                                                 const SharedValue& old_value, const SharedValue& new_value) {
+        out_.u8(static_cast<uint8_t>(event));
+        out_.bytes(unscoped(key));
+        out_.bytes(old_value);
+        out_.bytes(new_value);
         if (on_async_output_) on_async_output_();
       });
       watches_.emplace(req.keys[0], id);

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <array>
+#include <cctype>
 #include <charconv>
+#include <utility>
 
 namespace ddprun {
 
@@ -25,6 +28,24 @@ std::optional<long long> parse_int(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return v;
+}
+
+std::optional<uint64_t> parse_byte_size(std::string_view text) {
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  std::string unit;
+  for (const char* p = end; p != text.data() + text.size(); ++p) {
+    unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(*p))));
+  }
+  static constexpr std::array<std::pair<std::string_view, int>, 7> kUnits = {
+      {{"", 0}, {"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20}, {"g", 30}, {"gib", 30}}};
+  for (const auto& [name, shift] : kUnits) {
+    if (unit != name) continue;
+    if (shift > 0 && n > (UINT64_MAX >> shift)) return std::nullopt;
+    return n << shift;
+  }
+  return std::nullopt;
 }
 
 std::string local_hostname() {

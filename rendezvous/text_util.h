@@ -4,6 +4,7 @@
 // throws except std::bad_alloc.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,11 @@ std::vector<std::string> split(std::string_view text, char sep);
 // The whole of `text` as a decimal integer with an optional sign ("+3", "-1"), or nullopt (empty, other
 // characters, out of range). No spaces are skipped: trim first where a user may type them.
 std::optional<long long> parse_int(std::string_view text);
+
+// A size in bytes: a whole decimal number with an optional binary unit, any case, no spaces: "65536",
+// "64K" / "64KiB" (x 1024), "256M" / "256MiB", "1G" / "1GiB". nullopt for anything else or a size that does
+// not fit 64 bits.
+std::optional<uint64_t> parse_byte_size(std::string_view text);
 
 // gethostname(2) as given by the system (maybe a fully qualified name); "" when it fails.
 std::string local_hostname();

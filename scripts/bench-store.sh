@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Rendezvous store benchmark: ddprun-store against torch 1.13's TCPStore server, in one run, driven by the
-# same load generator (ddprun-store-bench, legacy dialect, closed-loop clients).
+# Rendezvous store benchmark: ddprun-store against torch 1.13's TCPStore server, and against ddprun-store as
+# built from another commit (before/after a change), in one run, driven by the same load generators
+# (ddprun-store-bench, closed-loop clients; ddprun-store-attack, hostile readers; legacy dialect).
 #
 #   scripts/bench-store.sh [BUILD_DIR]          (default BUILD_DIR: <repo>/build-bench, Release)
 #
-# Starts both servers on free ports; runs set/get/add with 1, 16, 64 and 256 clients on each, back to back,
+# Starts the servers on free ports; runs set/get/add with 1, 16, 64 and 256 clients on each, back to back,
 # BENCH_REPEATS times (a cell shows the median run); then, per server, one run of get with 64 clients while
 # 10,000 idle connections stay open (server RSS and descriptors are sampled then); reads each server's
-# peak RSS (VmHWM); stops them. Prints Markdown tables on stdout; the raw JSON lines are kept in
-# BUILD_DIR/bench-store-results.jsonl. Takes about 3–4 minutes (the build aside).
+# peak RSS (VmHWM); stops them. With BENCH_ATTACKS=1, then, for each ddprun server, each attack of
+# ddprun-store-attack against a fresh server of its own (its RSS growth and a fresh client's round trip
+# during the attack). Prints Markdown tables on stdout; the raw JSON lines are kept in
+# BUILD_DIR/bench-store-results.jsonl. Takes about 3–4 minutes (the builds aside).
+#
+# Servers (BENCH_SERVERS, default "ddprun torch"): ddprun (this checkout's ddprun-store), torch (torch 1.13's
+# TCPStore server), baseline (ddprun-store of the commit BENCH_BASELINE names, e.g. main: built once from
+# `git archive` into BUILD_DIR/baseline-build, Release; rebuilt when the commit changes).
+# Issue 26's before/after run: BENCH_BASELINE=main BENCH_SERVERS="baseline ddprun" BENCH_CLIENTS=64
+# BENCH_OPS="set get add mix" BENCH_IDLE=0 BENCH_ATTACKS=1 BENCH_REPEATS=5 scripts/bench-store.sh
 #
 # Environment: BENCH_SECONDS (measured seconds per run, default 2), BENCH_REPEATS (default 3),
-# BENCH_CLIENTS (default "1 16 64 256"), BENCH_IDLE (idle connections, default 10000), BENCH_SERVERS
-# (default "ddprun torch"), TORCH_PYTHON (a Python with torch, default /usr/bin/python3),
+# BENCH_CLIENTS (default "1 16 64 256"), BENCH_OPS (default "set get add"; also mix: SET, GET, ADD in turn),
+# BENCH_IDLE (idle connections, default 10000; 0: no idle run), BENCH_ATTACKS (1: run the attacks, default 0),
+# BENCH_ATTACK_HOLD (seconds each attack is held after its last request, default 5), BENCH_BASELINE,
+# BENCH_SERVERS, TORCH_PYTHON (a Python with torch, default /usr/bin/python3),
 # BENCH_HIGH_PRIORITY=1 (root only: run in a session of its own whose autogroup has nice -20, so that other
 # work on a shared machine barely disturbs the measurement; servers and load generator alike).
 # Exit codes: 0 done (a failed run shows in the tables), 1 build or server start failed.
@@ -34,7 +45,9 @@ read -r -a client_counts <<<"${BENCH_CLIENTS:-1 16 64 256}"
 idle=${BENCH_IDLE:-10000}
 read -r -a servers <<<"${BENCH_SERVERS:-ddprun torch}"
 python=${TORCH_PYTHON:-/usr/bin/python3}
-ops=(set get add)
+read -r -a ops <<<"${BENCH_OPS:-set get add}"
+attacks=${BENCH_ATTACKS:-0}
+attack_hold=${BENCH_ATTACK_HOLD:-5}
 
 log() { echo "bench-store: $*" >&2; }
 source "$repo/scripts/bench/common.sh"
@@ -48,8 +61,31 @@ if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN
   log "build failed"
   exit 1
 fi
-store_bin=$build/launcher/ddprun-store
+declare -A store_bin=([ddprun]=$build/launcher/ddprun-store)
 bench_bin=$build/scripts/bench/ddprun-store-bench
+attack_bin=$build/scripts/bench/ddprun-store-attack
+
+# ---- the baseline: ddprun-store of another commit ---------------------------------------------------------
+baseline_commit=""
+if [[ " ${servers[*]} " == *" baseline "* ]]; then
+  [[ -n ${BENCH_BASELINE:-} ]] || { log "the server 'baseline' needs BENCH_BASELINE (a git ref, e.g. main)"; exit 1; }
+  baseline_commit=$(git -C "$repo" rev-parse --verify "$BENCH_BASELINE^{commit}") || exit 1
+  base_src=$build/baseline-src base_build=$build/baseline-build
+  if [[ ! -x $base_build/launcher/ddprun-store || $(cat "$base_build/commit" 2>/dev/null) != "$baseline_commit" ]]; then
+    log "building ddprun-store of $BENCH_BASELINE ($baseline_commit) in $base_build (Release)"
+    rm -rf "$base_src" && mkdir -p "$base_src" "$base_build"
+    git -C "$repo" archive "$baseline_commit" | tar -x -C "$base_src"
+    if ! { cmake -S "$base_src" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF \
+      -DDDPRUN_WERROR=OFF -DDDPRUN_WITH_TORCH=OFF -DDDPRUN_WITH_CUDA=OFF &&
+      ninja -C "$base_build" -j2 ddprun-store; } >"$base_build/build.log" 2>&1; then
+      cat "$base_build/build.log" >&2
+      log "baseline build failed"
+      exit 1
+    fi
+    echo "$baseline_commit" >"$base_build/commit"
+  fi
+  store_bin[baseline]=$base_build/launcher/ddprun-store
+fi
 
 # ---- descriptors: each side of 10,000 idle connections needs 10,000 descriptors --------------------------
 hard=$(ulimit -Hn)
@@ -87,7 +123,7 @@ while True:
 start_server() {
   local name=$1 out=$work/$1.out
   case $name in
-    ddprun) "$store_bin" --port 0 --log-level warn >"$out" 2>&1 & ;;
+    ddprun | baseline) "${store_bin[$name]}" --port 0 --log-level warn >"$out" 2>&1 & ;;
     torch) "$python" -u -c "$torch_server" >"$out" 2>&1 & ;;
     *)
       log "unknown server '$name'"
@@ -141,9 +177,11 @@ for ((rep = 1; rep <= repeats; rep++)); do
   done
   mapfile -t order < <(printf '%s\n' "${order[@]}" | tac)
 done
-for server in "${servers[@]}"; do
-  run_bench "$server" --op get --clients 64 --idle "$idle" --connect-timeout 120
-done
+if ((idle > 0)); then
+  for server in "${servers[@]}"; do
+    run_bench "$server" --op get --clients 64 --idle "$idle" --connect-timeout 120
+  done
+fi
 for server in "${servers[@]}"; do
   if kill -0 "${pid[$server]}" 2>/dev/null; then
     hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/${pid[$server]}/status")
@@ -154,20 +192,42 @@ for server in "${servers[@]}"; do
     echo "{\"label\":\"$server\",\"server_died\":true}" >>"$results"
   fi
 done
+
+# ---- attacks: each against a fresh server, so that its peak RSS is the attack's ----------------------------
+if [[ $attacks == 1 ]]; then
+  for attack in watch get; do
+    for server in "${servers[@]}"; do
+      [[ $server == torch ]] && continue
+      stop_process "${pid[$server]}"
+      start_server "$server" || exit 1
+      line=$("$attack_bin" --port "${port[$server]}" --server-pid "${pid[$server]}" --label "$server" \
+        --attack "$attack" --hold "$attack_hold") || true
+      if [[ -n $line ]]; then
+        echo "$line" >>"$results"
+        log "$line"
+      else
+        log "ddprun-store-attack printed nothing for $server $attack"
+      fi
+    done
+  done
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- report ------------------------------------------------------------------------------------------------
-"$python" - "$results" "$load_before" "$load_after" "$seconds" "$idle" "$repeats" <<'EOF'
+"$python" - "$results" "$load_before" "$load_after" "$seconds" "$idle" "$repeats" "$baseline_commit" \
+  "$(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (uncommitted changes)')" <<'EOF'
 import json, os, sys
 
-path, load_before, load_after, seconds, idle, repeats = sys.argv[1:7]
-runs, peak, died = {}, {}, set()
+path, load_before, load_after, seconds, idle, repeats, baseline, head = sys.argv[1:9]
+runs, peak, died, attacks = {}, {}, set(), []
 for line in open(path):
     r = json.loads(line)
     if "server_peak_rss_kb" in r:
         peak[r["label"]] = r["server_peak_rss_kb"]
     elif "server_died" in r:
         died.add(r["label"])
+    elif "attack" in r:
+        attacks.append(r)
     else:
         runs.setdefault((r["label"], r["op"], r["clients"], r["idle_requested"] > 0), []).append(r)
 # The run with the median ops/s stands for its cell (its own latencies and CPU come with it).
@@ -175,6 +235,7 @@ runs = {k: sorted(v, key=lambda r: r["ops_per_s"])[len(v) // 2] for k, v in runs
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"Machine: {os.cpu_count()} CPUs, {cpu}; load average before {load_before}, after {load_after}.")
+print(f"ddprun: {head}" + (f"; baseline: {baseline}" if baseline else "") + ".")
 prio = "autogroup nice -20 (BENCH_HIGH_PRIORITY=1)" if os.environ.get("BENCH_PRIORITY_SET") else "normal priority"
 print(f"Each cell: the median of {repeats} runs by ops/s (the idle run: 1), each {seconds} s measured after 0.5 s "
       f"of warm-up; one load-generator thread; {prio}.\n")
@@ -185,26 +246,48 @@ def cell(r):
     err = f" ({r['errors']} errors)" if r["errors"] else ""
     return f"{r['ops_per_s']:,.0f}{err}", f"{r['p50_us']:.0f} / {r['p99_us']:.0f}"
 
-print("| op | clients | ddprun ops/s | p50 / p99 µs | torch 1.13 ops/s | p50 / p99 µs | ops/s ratio "
-      "| server CPU µs/op ddprun / torch |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-keys = sorted({(k[1], k[2], k[3]) for k in runs}, key=lambda k: (k[2], ["set", "get", "add"].index(k[0]), k[1]))
-for op, clients, with_idle in keys:
-    d, t = runs.get(("ddprun", op, clients, with_idle)), runs.get(("torch", op, clients, with_idle))
-    ratio = f"{d['ops_per_s'] / t['ops_per_s']:.2f}×" if d and t and t["ops_per_s"] > 0 else "—"
-    cpu = lambda r: f"{r['server_cpu_us_per_op']:.1f}" if r and r.get("server_cpu_us_per_op", -1) >= 0 else "—"
-    name = f"{op} + {idle} idle" if with_idle else op
-    print(f"| {name} | {clients} | {' | '.join(cell(d))} | {' | '.join(cell(t))} | {ratio} | {cpu(d)} / {cpu(t)} |")
-
-print("\n| server | RSS before the idle run | RSS with idle + 64 active | idle connected / answering | server fds | peak RSS (VmHWM) |")
-print("|---|---:|---:|---:|---:|---:|")
-for label in ("ddprun", "torch"):
-    r = next((v for k, v in runs.items() if k[0] == label and k[3]), None)
-    if r is None:
+labels = {"ddprun": "ddprun", "torch": "torch 1.13", "baseline": f"ddprun {baseline[:10]} (baseline)"}
+ops_order = ["set", "get", "add", "mix"]
+keys = sorted({(k[1], k[2], k[3]) for k in runs}, key=lambda k: (k[2], ops_order.index(k[0]), k[1]))
+cpu = lambda r: f"{r['server_cpu_us_per_op']:.1f}" if r and r.get("server_cpu_us_per_op", -1) >= 0 else "—"
+# One table per pair: ddprun against torch, and ddprun against the baseline (before/after).
+for other in ("torch", "baseline"):
+    if not any(k[0] == other for k in runs) or not any(k[0] == "ddprun" for k in runs):
         continue
-    mib = lambda kb: f"{kb / 1024:.1f} MiB"
-    hwm = "died" if label in died else mib(peak.get(label, 0))
-    print(f"| {label} | {mib(r['server_rss_kb_before'])} | {mib(r['server_rss_kb'])} | "
-          f"{r['idle_connected']} / {r['idle_alive']} of {r['idle_requested']} | {r['server_fds']} | {hwm} |")
+    print(f"| op | clients | ddprun ops/s | p50 / p99 µs | {labels[other]} ops/s | p50 / p99 µs | ops/s ratio "
+          f"| server CPU µs/op ddprun / {other} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for op, clients, with_idle in keys:
+        d, t = runs.get(("ddprun", op, clients, with_idle)), runs.get((other, op, clients, with_idle))
+        ratio = f"{d['ops_per_s'] / t['ops_per_s']:.2f}×" if d and t and t["ops_per_s"] > 0 else "—"
+        name = f"{op} + {idle} idle" if with_idle else op
+        print(f"| {name} | {clients} | {' | '.join(cell(d))} | {' | '.join(cell(t))} | {ratio} | {cpu(d)} / {cpu(t)} |")
+    print()
+
+if any(k[3] for k in runs):
+    print("| server | RSS before the idle run | RSS with idle + 64 active | idle connected / answering | server fds | peak RSS (VmHWM) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label in ("ddprun", "baseline", "torch"):
+        r = next((v for k, v in runs.items() if k[0] == label and k[3]), None)
+        if r is None:
+            continue
+        mib = lambda kb: f"{kb / 1024:.1f} MiB"
+        hwm = "died" if label in died else mib(peak.get(label, 0))
+        print(f"| {label} | {mib(r['server_rss_kb_before'])} | {mib(r['server_rss_kb'])} | "
+              f"{r['idle_connected']} / {r['idle_alive']} of {r['idle_requested']} | {r['server_fds']} | {hwm} |")
+
+if attacks:
+    print("\nAttacks (ddprun-store-attack, each against a fresh server; RSS sampled every 50 ms; a fresh client's "
+          "ADD round trip probed every 100 ms during the attack):\n")
+    print("| server | attack | clients | value | RSS before | RSS growth (peak sample) | VmHWM growth "
+          "| fresh client round trip: median / max | probes | attackers dropped | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    what = {"watch": lambda a: f"watch, {a['sets']} SETs", "get": lambda a: "GET, read slowly"}
+    for a in sorted(attacks, key=lambda a: (a["attack"] != "watch", a["label"] != "baseline")):
+        err = f"{a['errors']}: {a['first_error']}" if a["errors"] else "0"
+        print(f"| {labels.get(a['label'], a['label'])} | {what[a['attack']](a)} | {a['clients']} | "
+              f"{a['value_bytes'] / 1048576:g} MiB | {a['rss_before_kb'] / 1024:.1f} MiB | "
+              f"{a['rss_growth_mib']:.1f} MiB | {a['hwm_growth_mib']:.1f} MiB | "
+              f"{a['probe_p50_ms']:.1f} / {a['probe_max_ms']:.1f} ms | {a['probes']} | {a['attackers_dropped']} | {err} |")
 EOF
 log "raw results: $results"

@@ -1,7 +1,7 @@
 // ddprun-store-bench: a closed-loop load generator for TCPStore servers (ddprun-store and torch's own), in
 // the legacy dialect (torch 1.13 / 2.0 numbering), so the same binary drives both servers.
 //
-//   ddprun-store-bench --port N [--host H] [--clients N] [--op set|get|add] [--seconds S] [--warmup S]
+//   ddprun-store-bench --port N [--host H] [--clients N] [--op set|get|add|mix] [--seconds S] [--warmup S]
 //                      [--value-bytes B] [--idle N] [--server-pid PID] [--label NAME]
 //
 // What it does, in order, on one thread (one boost::asio::io_context):
@@ -22,7 +22,9 @@
 //        order). One op = this pair; requests_per_s counts both requests.
 //   get  GET "/bench/get/<i>" alone. Real torch 1.13 clients send WAIT before every GET; we send no
 //        WAIT, to either server, so that the lookup itself is measured.
-//   add  ADD "/bench/add/<i>" 1; each reply must be the previous one + 1.
+//   add  ADD "/bench/add/<i>/n" 1; each reply must be the previous one + 1.
+//   mix  the three in turn on one client: SET "/bench/mix/<i>" (+ GETNUMKEYS), GET it, ADD "/bench/mix/<i>/n" 1;
+//        one op = one of them (requests_per_s counts the GETNUMKEYS too).
 //
 // Output fields: label, op, clients, seconds, value_bytes, ops, ops_per_s, requests_per_s, p50_us, p99_us,
 // max_us, errors (failed connects of active clients, broken connections, wrong replies, timeouts),
@@ -60,6 +62,7 @@
 
 #include "rendezvous/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
+#include "scripts/bench/proc_sample.h"
 
 namespace ddprun::bench {
 namespace {
@@ -86,62 +89,6 @@ struct Options {
   int server_pid = 0;
   std::string label;
 };
-
-// Memory and descriptors of the server process, from /proc; zeros when unavailable.
-struct ServerSample {
-  int64_t rss_kb = 0;
-  int64_t hwm_kb = 0;
-  int64_t fds = 0;
-};
-
-ServerSample sample_server(int pid) {
-  ServerSample s;
-  if (pid <= 0) return s;
-  std::string dir = "/proc/" + std::to_string(pid);
-  std::ifstream status(dir + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    auto field = [&](std::string_view name, int64_t& out) {
-      if (line.starts_with(name)) out = std::stoll(line.substr(name.size()));
-    };
-    field("VmRSS:", s.rss_kb);
-    field("VmHWM:", s.hwm_kb);
-  }
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++s.fds;
-  }
-  return s;
-}
-
-// CPU time used so far by the server process (all threads; -1 when unknown) and by this process.
-struct CpuTimes {
-  double server_s = -1;
-  double self_s = 0;
-};
-
-CpuTimes sample_cpu(int pid) {
-  CpuTimes t;
-  rusage ru{};
-  if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    t.self_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  }
-  if (pid <= 0) return t;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto paren = stat.rfind(')');  // the command name may contain spaces
-  if (paren == std::string::npos) return t;
-  std::istringstream fields(stat.substr(paren + 1));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i >= 14) ticks += std::stod(field);  // fields 14 and 15: utime, stime
-  }
-  t.server_s = ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-  return t;
-}
 
 rdzv::Request make(rdzv::Op op, std::string key = {}, std::optional<std::string> value = {},
                    int64_t delta = 0) {
@@ -188,8 +135,16 @@ class Client {
   int64_t int_reply() const { return int_reply_; }
   const std::string& bytes_reply() const { return bytes_reply_; }
 
-  std::string op_request;           // this client's request for the measured op
+  // The measured op's requests, issued in turn (one for set, get and add; SET, GET, ADD for mix).
+  struct Step {
+    std::string request;
+    ReplyKind kind;
+    char op;  // 's' SET + GETNUMKEYS, 'g' GET, 'a' ADD
+  };
+  std::vector<Step> steps;
+  size_t step = 0;                  // the step in flight
   std::optional<int64_t> last_add;  // the previous ADD reply
+  void issue_step() { issue(steps[step].request, steps[step].kind); }
 
  private:
   void wait_reply();
@@ -246,7 +201,6 @@ class Bench {
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<Client>> idle_;
   size_t outstanding_ = 0;  // clients the current phase still waits for
-  ReplyKind op_reply_ = ReplyKind::kInt;
   std::vector<std::string> prepare_requests_;
   std::string ping_request_;
 
@@ -344,7 +298,6 @@ Bench::Bench(Options o) : o_(std::move(o)) {
   tcp::resolver resolver(io_);
   endpoint_ = resolver.resolve(o_.host, std::to_string(o_.port)).begin()->endpoint();
   ping_request_ = encode({make(rdzv::Op::kGetNumKeys)});
-  op_reply_ = o_.op == "get" ? ReplyKind::kBytes : ReplyKind::kInt;
   latencies_ns_.reserve(static_cast<size_t>(o_.seconds * 400000) + 1024);
 }
 
@@ -412,15 +365,20 @@ void Bench::start_prepare() {
   phase_ = Phase::kPrepare;
   for (auto& c : clients_) {
     auto key = "/bench/" + o_.op + "/" + std::to_string(c->index());
+    const std::string set =
+        encode({make(rdzv::Op::kSet, key, std::string(o_.value_bytes, 'x')), make(rdzv::Op::kGetNumKeys)});
+    const Client::Step set_step{set, ReplyKind::kInt, 's'}, get_step{encode({make(rdzv::Op::kGet, key)}),
+                                                                      ReplyKind::kBytes, 'g'};
+    const Client::Step add_step{encode({make(rdzv::Op::kAdd, key + "/n", std::nullopt, 1)}), ReplyKind::kInt, 'a'};
     if (o_.op == "set") {
-      c->op_request =
-          encode({make(rdzv::Op::kSet, key, std::string(o_.value_bytes, 'x')), make(rdzv::Op::kGetNumKeys)});
+      c->steps = {set_step};
     } else if (o_.op == "get") {
-      c->op_request = encode({make(rdzv::Op::kGet, key)});
-      prepare_requests_.push_back(
-          encode({make(rdzv::Op::kSet, key, std::string(o_.value_bytes, 'x')), make(rdzv::Op::kGetNumKeys)}));
+      c->steps = {get_step};
+      prepare_requests_.push_back(set);
+    } else if (o_.op == "add") {
+      c->steps = {add_step};
     } else {
-      c->op_request = encode({make(rdzv::Op::kAdd, key, std::nullopt, 1)});
+      c->steps = {set_step, get_step, add_step};  // mix: the GET reads what the SET before it wrote
     }
   }
   if (prepare_requests_.empty()) {
@@ -460,14 +418,13 @@ void Bench::start_run() {
     client_done();
     return;
   }
-  for (auto& c : clients_) c->issue(c->op_request, op_reply_);
+  for (auto& c : clients_) c->issue_step();
 }
 
 std::string Bench::check_reply(Client& c) {
-  if (phase_ == Phase::kPrepare || phase_ == Phase::kIdleCheck || o_.op == "set") {
-    return c.int_reply() >= 0 ? "" : "GETNUMKEYS replied " + std::to_string(c.int_reply());
-  }
-  if (o_.op == "get") {
+  const char op = phase_ == Phase::kRun ? c.steps[c.step].op : 's';
+  if (op == 's') return c.int_reply() >= 0 ? "" : "GETNUMKEYS replied " + std::to_string(c.int_reply());
+  if (op == 'g') {
     return c.bytes_reply().size() == o_.value_bytes
                ? ""
                : "GET replied " + std::to_string(c.bytes_reply().size()) + " bytes, expected " +
@@ -492,8 +449,9 @@ void Bench::on_reply(Client& c) {
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - c.sent_at()).count();
         latencies_ns_.push_back(static_cast<uint32_t>(std::min<int64_t>(ns, UINT32_MAX)));
       }
+      c.step = (c.step + 1) % c.steps.size();
       if (!stopping_) {
-        c.issue(c.op_request, op_reply_);
+        c.issue_step();
         return;
       }
       break;
@@ -565,7 +523,8 @@ nlohmann::ordered_json Bench::report() const {
   j["value_bytes"] = o_.value_bytes;
   j["ops"] = lat.size();
   j["ops_per_s"] = std::round(ops_per_s);
-  j["requests_per_s"] = std::round(ops_per_s * (o_.op == "set" ? 2 : 1));
+  // A SET step is SET + GETNUMKEYS: set 2 requests per op, mix 4 per 3.
+  j["requests_per_s"] = std::round(ops_per_s * (o_.op == "set" ? 2.0 : o_.op == "mix" ? 4.0 / 3 : 1.0));
   j["p50_us"] = pct(0.50);
   j["p99_us"] = pct(0.99);
   j["max_us"] = lat.empty() ? 0.0 : std::round(lat.back() / 100.0) / 10.0;
@@ -630,8 +589,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", o.host, "Server address");
   app.add_option("--port", o.port, "Server port")->required()->check(CLI::Range(1, 65535));
   app.add_option("--clients", o.clients, "Connections sending requests, one outstanding each");
-  app.add_option("--op", o.op, "set (SET + GETNUMKEYS), get (GET alone) or add (ADD 1)")
-      ->check(CLI::IsMember({"set", "get", "add"}));
+  app.add_option("--op", o.op,
+                 "set (SET + GETNUMKEYS), get (GET alone), add (ADD 1) or mix (each client: SET, GET, ADD in turn)")
+      ->check(CLI::IsMember({"set", "get", "add", "mix"}));
   app.add_option("--seconds", o.seconds, "Measured time")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "Unmeasured load before the measurement")
       ->check(CLI::NonNegativeNumber);

@@ -1,10 +1,14 @@
 // libFuzzer target: two StoreSessions sharing one KeyValueState, fed interleaved chunks of bytes the way
 // the server feeds them (partial requests kept for the next chunk, a broken client replaced by a new one).
+// Everything runs twice, in two worlds fed the same records: one whose replies reference stored values
+// (shared buffers, counted on a SharedBytes ledger, from a size set by the configuration byte down to 1 byte),
+// one that copies every value. Both must put the same bytes on the wire.
 //
 // Input: one configuration byte, then records.
 //   config bits 0-1: dialect of session 0 (0 legacy, 1 mid2023, 2 modern, 3 detect); bits 2-3: session 1;
 //          bit 4: tiny limits (4 pending WAITs and 4 watched keys per connection among them); bit 5: small
-//          output budget (the server's max_output_bytes).
+//          output budget (the server's max_output_bytes); bits 6-7: the sharing world references values
+//          of 1, 9, 17 or 25 bytes and more.
 //   record: one header byte h, then its data.
 //     h < 0xF0: a chunk of (h >> 1) bytes (fewer at the end of the input) for session (h & 1);
 //     0xF0/0xF1: session 0/1 disconnects (destroyed, a fresh one takes its place);
@@ -14,7 +18,10 @@
 //   - the sessions' pending waits always add up to the state's pending_waits();
 //   - stored_bytes() never underflows (it stays below a bound derived from the input size);
 //   - a session never leaves unconsumed bytes that form a whole request;
-//   - once every session is destroyed, the state has no pending wait and no watch left.
+//   - both worlds give the same reply bytes and drop a client at the same moment;
+//   - the ledger counts exactly the distinct buffers the sharing world's queues reference;
+//   - once every session is destroyed, the state has no pending wait and no watch left, and the ledger is
+//     empty.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +32,11 @@
 #include <span>
 #include <vector>
 
+#include <string>
+#include <unordered_set>
+
 #include "rendezvous/key_value_state.h"
+#include "rendezvous/reply_queue.h"
 #include "rendezvous/store_session.h"
 #include "rendezvous/wire_codec.h"
 
@@ -35,7 +46,9 @@ using ddprun::rdzv::Dialect;
 using ddprun::rdzv::KeyValueState;
 using ddprun::rdzv::ParseStatus;
 using ddprun::rdzv::Request;
+using ddprun::rdzv::ReplyQueue;
 using ddprun::rdzv::RequestParser;
+using ddprun::rdzv::SharedBytes;
 using ddprun::rdzv::StoreSession;
 using ddprun::rdzv::WireLimits;
 
@@ -54,18 +67,11 @@ struct Client {
   size_t async_outputs = 0;
 };
 
-class Harness {
+// One store and its two connections. `share_at` SIZE_MAX: every value copied into the replies.
+class World {
  public:
-  Harness(uint8_t config) {
-    if (config & 0x10) {
-      limits_.max_key_bytes = 16;
-      limits_.max_value_bytes = 64;
-      limits_.max_keys_per_request = 4;
-      limits_.max_request_bytes = 200;
-      limits_.max_pending_waits = 4;  // the per-connection caps are reached within a few requests
-      limits_.max_watched_keys = 4;
-    }
-    max_output_ = (config & 0x20) ? 256 : 1 << 20;
+  World(const WireLimits& limits, size_t max_output, size_t share_at, uint8_t config)
+      : limits_(limits), max_output_(max_output), share_at_(share_at) {
     for (int i = 0; i < 2; ++i) {
       uint8_t d = (config >> (2 * i)) & 3;
       if (d != 3) clients_[i].dialect = static_cast<Dialect>(d);
@@ -73,20 +79,22 @@ class Harness {
     }
   }
 
-  ~Harness() {
+  ~World() {
     for (auto& c : clients_) c.session.reset();
     check(state_.pending_waits() == 0, "pending waits left after every session ended");
     check(state_.watches() == 0, "watches left after every session ended");
+    check(ledger_.bytes() == 0 && ledger_.buffers() == 0, "shared buffers counted after every session ended");
   }
 
-  void feed(int i, std::span<const uint8_t> chunk) {
+  // Returns whether the client was dropped (and replaced).
+  bool feed(int i, std::span<const uint8_t> chunk) {
     Client& c = clients_[i];
     c.pending.insert(c.pending.end(), chunk.begin(), chunk.end());
     auto result = c.session->consume(c.pending, max_output_);
     check(result.consumed <= c.pending.size(), "consumed more than given");
     if (!result.error.empty()) {
       disconnect(i);  // the server drops the client
-      return;
+      return true;
     }
     c.pending.erase(c.pending.begin(), c.pending.begin() + static_cast<ptrdiff_t>(result.consumed));
     // What is left must be an incomplete request: parse it with the session's dialect.
@@ -95,7 +103,11 @@ class Harness {
       Request r;
       check(p.parse(c.pending, r).status == ParseStatus::kNeedMore, "a whole request was left unconsumed");
     }
-    if (c.session->output().size() > max_output_) disconnect(i);  // the server's max_output_bytes
+    if (c.session->output().size() > max_output_) {  // the server's max_output_bytes
+      disconnect(i);
+      return true;
+    }
+    return false;
   }
 
   void disconnect(int i) {
@@ -104,6 +116,7 @@ class Harness {
     connect(i);
   }
 
+  const ReplyQueue& output(int i) const { return clients_[i].session->output(); }
   void drain(int i) { clients_[i].session->output().clear(); }
 
   void check_invariants(size_t input_size) const {
@@ -112,18 +125,95 @@ class Harness {
     check(waits == state_.pending_waits(), "session waits and state waits disagree");
     // Every stored byte came from the input, except ADD's decimal digits (at most 20 per 9 input bytes).
     check(state_.stored_bytes() <= 4 * input_size + 64, "stored_bytes underflowed or is inflated");
+    if (clients_[0].session->output().pieces() + clients_[1].session->output().pieces() <= 1024) {
+      check_ledger();  // cheap enough after every record; long queues are checked at the end
+    }
+  }
+
+  void check_ledger() const {
+    std::unordered_set<const std::string*> seen;
+    size_t shared = 0;
+    for (const auto& c : clients_) {
+      const ReplyQueue& out = c.session->output();
+      check(out.owned_bytes() <= out.size(), "a queue owns more bytes than it holds");
+      out.for_each_shared([&](const std::string& b) {
+        if (seen.insert(&b).second) shared += b.size();
+      });
+    }
+    check(ledger_.buffers() == seen.size() && ledger_.bytes() == shared,
+          "the ledger disagrees with the buffers the queues reference");
   }
 
  private:
   void connect(int i) {
     Client& c = clients_[i];
-    c.session = std::make_unique<StoreSession>(state_, limits_, c.dialect, [&c] { ++c.async_outputs; });
+    c.session = std::make_unique<StoreSession>(state_, limits_, c.dialect, [&c] { ++c.async_outputs; },
+                                               &ledger_, share_at_);
   }
 
   WireLimits limits_;
-  size_t max_output_ = 0;
+  size_t max_output_;
+  size_t share_at_;
+  SharedBytes ledger_;   // declared before the state and the clients: the queues release into it last
   KeyValueState state_;  // declared before the clients: the sessions must end first
   Client clients_[2];
+};
+
+class Harness {
+ public:
+  explicit Harness(uint8_t config)
+      : limits_(limits_for(config)),
+        sharing_(limits_, max_output(config), size_t{1} + 8 * (config >> 6), config),
+        copying_(limits_, max_output(config), SIZE_MAX, config) {}
+
+  void feed(int i, std::span<const uint8_t> chunk) {
+    const bool a = sharing_.feed(i, chunk), b = copying_.feed(i, chunk);
+    check(a == b, "the sharing and the copying store dropped a client at different moments");
+    check(sharing_.output(i).size() == copying_.output(i).size(), "shared and copied replies differ in size");
+  }
+  void disconnect(int i) {
+    sharing_.disconnect(i);
+    copying_.disconnect(i);
+  }
+  void drain(int i) {
+    same_output(i);
+    sharing_.drain(i);
+    copying_.drain(i);
+  }
+  void check_invariants(size_t input_size) const {
+    sharing_.check_invariants(input_size);
+    copying_.check_invariants(input_size);
+  }
+  // At the end of the input: what is still queued must be the same bytes too.
+  void finish() {
+    for (int i = 0; i < 2; ++i) same_output(i);
+    sharing_.check_ledger();
+  }
+
+ private:
+  static WireLimits limits_for(uint8_t config) {
+    WireLimits limits;
+    if (config & 0x10) {
+      limits.max_key_bytes = 16;
+      limits.max_value_bytes = 64;
+      limits.max_keys_per_request = 4;
+      limits.max_request_bytes = 200;
+      limits.max_pending_waits = 4;  // the per-connection caps are reached within a few requests
+      limits.max_watched_keys = 4;
+    }
+    return limits;
+  }
+  static size_t max_output(uint8_t config) { return (config & 0x20) ? 256 : 1 << 20; }
+
+  void same_output(int i) const {
+    const ReplyQueue &a = sharing_.output(i), &b = copying_.output(i);
+    check(a.size() == b.size() && b.owned_bytes() == b.size(), "the copying store shared, or sizes differ");
+    check(a.flatten() == b.flatten(), "shared and copied replies differ");
+  }
+
+  WireLimits limits_;
+  World sharing_;
+  World copying_;
 };
 
 }  // namespace
@@ -147,5 +237,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     h.check_invariants(size);
   }
+  h.finish();
   return 0;
 }

@@ -18,6 +18,11 @@ std::optional<std::string> value_of(const KeyValueState& s, const std::string& k
   return v ? std::optional<std::string>(*v) : std::nullopt;
 }
 
+// A returned buffer's bytes (nullopt: no value).
+std::optional<std::string> text(const SharedValue& v) {
+  return v ? std::optional<std::string>(*v) : std::nullopt;
+}
+
 TEST_CASE("set, get, check, remove, num_keys", "[key_value_state]") {
   KeyValueState s;
   CHECK(s.get("a") == nullptr);
@@ -48,27 +53,27 @@ TEST_CASE("set, get, check, remove, num_keys", "[key_value_state]") {
 TEST_CASE("compare_set follows TCPStore", "[key_value_state]") {
   KeyValueState s;
   SECTION("missing key, empty expected: stores desired and returns it") {
-    CHECK(s.compare_set("k", "", "d") == "d");
+    CHECK(text(s.compare_set("k", "", "d")) == "d");
     CHECK(value_of(s, "k") == "d");
   }
   SECTION("missing key, non-empty expected: returns expected, stores nothing") {
-    CHECK(s.compare_set("k", "e", "d") == "e");
+    CHECK(text(s.compare_set("k", "e", "d")) == "e");
     CHECK(s.get("k") == nullptr);
     CHECK(s.num_keys() == 0);
   }
   SECTION("present and equal: replaces") {
     s.set("k", "e");
-    CHECK(s.compare_set("k", "e", "d") == "d");
+    CHECK(text(s.compare_set("k", "e", "d")) == "d");
     CHECK(value_of(s, "k") == "d");
   }
   SECTION("present and different: returns the current value unchanged") {
     s.set("k", "c");
-    CHECK(s.compare_set("k", "e", "d") == "c");
+    CHECK(text(s.compare_set("k", "e", "d")) == "c");
     CHECK(value_of(s, "k") == "c");
   }
   SECTION("present with an empty value, empty expected: replaces") {
     s.set("k", "");
-    CHECK(s.compare_set("k", "", "d") == "d");
+    CHECK(text(s.compare_set("k", "", "d")) == "d");
     CHECK(value_of(s, "k") == "d");
   }
 }
@@ -97,7 +102,7 @@ TEST_CASE("add on a non-integer or overflowing value changes nothing", "[key_val
   INFO("value '" << bad << "'");
   s.set("k", bad);
   int events = 0;
-  s.watch("k", [&](WatchEvent, const std::string&, const std::string*, const std::string*) { ++events; });
+  s.watch("k", [&](WatchEvent, const std::string&, const SharedValue&, const SharedValue&) { ++events; });
   CHECK_FALSE(s.add("k", 1).has_value());
   CHECK_FALSE(s.add("k", 0).has_value());
   CHECK(value_of(s, "k") == bad);
@@ -126,7 +131,7 @@ TEST_CASE("append concatenates and creates missing keys", "[key_value_state]") {
 TEST_CASE("queues are FIFO and separate from keys", "[key_value_state]") {
   KeyValueState s;
   CHECK(s.queue_len("q") == 0);
-  CHECK_FALSE(s.queue_pop("q").has_value());
+  CHECK(s.queue_pop("q") == nullptr);
   s.queue_push("q", "1");
   s.queue_push("q", "2");
   s.queue_push("q", "3");
@@ -134,11 +139,11 @@ TEST_CASE("queues are FIFO and separate from keys", "[key_value_state]") {
   CHECK(s.num_keys() == 0);
   CHECK(s.get("q") == nullptr);
   CHECK(s.check({"q"}));  // a non-empty queue counts as present
-  CHECK(s.queue_pop("q") == "1");
-  CHECK(s.queue_pop("q") == "2");
+  CHECK(text(s.queue_pop("q")) == "1");
+  CHECK(text(s.queue_pop("q")) == "2");
   CHECK(s.queue_len("q") == 1);
-  CHECK(s.queue_pop("q") == "3");
-  CHECK_FALSE(s.queue_pop("q").has_value());
+  CHECK(text(s.queue_pop("q")) == "3");
+  CHECK(s.queue_pop("q") == nullptr);
   CHECK(s.queue_len("q") == 0);
   CHECK_FALSE(s.check({"q"}));
 }
@@ -324,9 +329,8 @@ TEST_CASE("watches report created, updated and deleted with old and new values",
   KeyValueState s;
   std::vector<Event> events;
   auto id =
-      s.watch("k", [&](WatchEvent ev, const std::string& key, const std::string* o, const std::string* n) {
-        events.push_back({ev, key, o ? std::optional<std::string>(*o) : std::nullopt,
-                          n ? std::optional<std::string>(*n) : std::nullopt});
+      s.watch("k", [&](WatchEvent ev, const std::string& key, const SharedValue& o, const SharedValue& n) {
+        events.push_back({ev, key, text(o), text(n)});
       });
   CHECK(s.watches() == 1);
   s.set("other", "x");
@@ -364,11 +368,11 @@ TEST_CASE("several watches on a key, one removing itself", "[key_value_state]") 
   KeyValueState s;
   int a = 0, b = 0;
   KeyValueState::HandleId ida = 0;
-  ida = s.watch("k", [&](WatchEvent, const std::string&, const std::string*, const std::string*) {
+  ida = s.watch("k", [&](WatchEvent, const std::string&, const SharedValue&, const SharedValue&) {
     ++a;
     s.unwatch(ida);
   });
-  s.watch("k", [&](WatchEvent, const std::string&, const std::string*, const std::string*) { ++b; });
+  s.watch("k", [&](WatchEvent, const std::string&, const SharedValue&, const SharedValue&) { ++b; });
   s.set("k", "1");
   s.set("k", "2");
   CHECK(a == 1);
@@ -391,16 +395,16 @@ TEST_CASE("stored_bytes counts keys and values and returns to 0", "[key_value_st
   CHECK(s.stored_bytes() == 13);
   CHECK(s.add("n", 90) == 100);
   CHECK(s.stored_bytes() == 14);
-  CHECK(s.compare_set("c", "", "vv") == "vv");
+  CHECK(text(s.compare_set("c", "", "vv")) == "vv");
   CHECK(s.stored_bytes() == 17);
-  CHECK(s.compare_set("c", "vv", "v") == "v");
+  CHECK(text(s.compare_set("c", "vv", "v")) == "v");
   CHECK(s.stored_bytes() == 16);
   s.queue_push("qq", "aaa");
   s.queue_push("qq", "b");
   CHECK(s.stored_bytes() == 22);
 
-  CHECK(s.queue_pop("qq") == "aaa");
-  CHECK(s.queue_pop("qq") == "b");
+  CHECK(text(s.queue_pop("qq")) == "aaa");
+  CHECK(text(s.queue_pop("qq")) == "b");
   for (const auto& k : s.list_keys()) CHECK(s.remove(k));
   CHECK(s.num_keys() == 0);
   CHECK(s.stored_bytes() == 0);

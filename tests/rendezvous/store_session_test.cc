@@ -12,110 +12,13 @@
 #include "catch_compat.h"
 #include "rendezvous/key_value_state.h"
 #include "rendezvous/wire_codec.h"
+#include "tests/rendezvous/session_client.h"
 
 namespace ddprun::rdzv {
 namespace {
 
 using Catch::Contains;  // the string matcher (catch_compat.h)
-
-std::span<const uint8_t> span_of(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-std::string encode(Dialect d, const Request& req) {
-  std::string out;
-  REQUIRE(encode_request(d, req, out));
-  return out;
-}
-
-Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
-  Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
-
-Request add_req(std::string key, int64_t delta) {
-  Request r = req(Op::kAdd, {std::move(key)});
-  r.delta = delta;
-  return r;
-}
-
-Request numbered(Op op, uint32_t number) {
-  Request r;
-  r.op = op;
-  r.number = number;
-  return r;
-}
-
-// One client connection: a session whose async notifications are counted.
-class Client {
- public:
-  Client(KeyValueState& state, Dialect dialect, bool forced = true)
-      : dialect_(dialect),
-        session_(state, WireLimits{}, forced ? std::optional<Dialect>(dialect) : std::nullopt,
-                 [this] { ++async_; }) {}
-
-  // Sends one whole request; it must be consumed entirely and without error. Returns the reply bytes.
-  std::string call(const Request& r) {
-    std::string bytes = encode(dialect_, r);
-    StoreSession::ConsumeResult res = session_.consume(span_of(bytes));
-    INFO(op_name(r.op) << ": " << res.error);
-    REQUIRE(res.error.empty());
-    REQUIRE(res.consumed == bytes.size());
-    REQUIRE(res.requests == 1);
-    return take();
-  }
-  // Moves the pending output out.
-  std::string take() {
-    std::string out;
-    out.swap(session_.output());
-    return out;
-  }
-
-  StoreSession& session() { return session_; }
-  int async() const { return async_; }
-
- private:
-  Dialect dialect_;
-  int async_ = 0;
-  StoreSession session_;
-};
-
-// Reads reply fields; every read must succeed.
-class Reply {
- public:
-  explicit Reply(std::string bytes) : bytes_(std::move(bytes)), r_(span_of(bytes_)) {}
-  Reply(const Reply&) = delete;
-  Reply& operator=(const Reply&) = delete;
-
-  uint8_t u8() {
-    uint8_t v = 0;
-    REQUIRE(r_.u8(v));
-    return v;
-  }
-  uint32_t u32() {
-    uint32_t v = 0;
-    REQUIRE(r_.u32(v));
-    return v;
-  }
-  int64_t i64() {
-    int64_t v = 0;
-    REQUIRE(r_.i64(v));
-    return v;
-  }
-  std::string bytes() {
-    std::string v;
-    REQUIRE(r_.bytes(v, 1 << 20) == WireReader::BytesStatus::kOk);
-    return v;
-  }
-  size_t remaining() const { return r_.remaining(); }
-
- private:
-  std::string bytes_;
-  WireReader r_;
-};
+using namespace ddprun::rdzv::session_testing;
 
 TEST_CASE("replies of the ops every dialect has", "[store_session]") {
   Dialect d = GENERATE(Dialect::kLegacy, Dialect::kMid2023, Dialect::kModern);
@@ -368,7 +271,7 @@ TEST_CASE("only whole requests are consumed", "[store_session]") {
   CHECK(r2.error.empty());
   CHECK(r2.consumed == get.size());
   CHECK(r2.requests == 1);
-  Reply reply(std::move(s.output()));
+  Reply reply(s.output().flatten());
   CHECK(reply.bytes() == "value");
   CHECK(reply.remaining() == 0);
 }
@@ -394,7 +297,7 @@ TEST_CASE("a byte-at-a-time torch 1.13 stream is served as the bytes arrive", "[
   CHECK(requests == 2);
   CHECK(s.dialect() == Dialect::kLegacy);
   CHECK(state.num_keys() == 1);
-  Reply reply(std::move(s.output()));
+  Reply reply(s.output().flatten());
   CHECK(reply.bytes() == "v");
   CHECK(reply.remaining() == 0);
 }
@@ -408,7 +311,7 @@ TEST_CASE("a garbage byte is an error and stops the session's parsing", "[store_
   CHECK_THAT(r.error, Contains("0xee") && Contains("modern"));
   CHECK(r.consumed == ping.size());
   CHECK(r.requests == 1);
-  CHECK(s.output() == std::string("\x07\0\0\0", 4));  // only the first PING was answered
+  CHECK(s.output().flatten() == std::string("\x07\0\0\0", 4));  // only the first PING was answered
 }
 
 TEST_CASE("ADD on a non-integer value is an error naming the key", "[store_session]") {
@@ -424,125 +327,6 @@ TEST_CASE("ADD on a non-integer value is an error naming the key", "[store_sessi
   CHECK(s.output().empty());  // no ADD reply, and the GET after it was not served
   REQUIRE(state.get("/counter") != nullptr);
   CHECK(*state.get("/counter") == "abc");
-}
-
-// ---- worker keyspaces (a clean keyspace for every attempt) ------------------------------------------------
-
-std::string get_value(Client& c, const std::string& key) {
-  Reply r(c.call(req(Op::kGet, {key})));
-  return r.bytes();
-}
-
-bool has_key(Client& c, const std::string& key) {
-  Reply r(c.call(req(Op::kCheck, {key})));
-  return r.u8() == kCheckReady;
-}
-
-TEST_CASE("without a worker keyspace the store is one flat keyspace", "[store_session][keyspace]") {
-  KeyValueState state;
-  Client a(state, Dialect::kModern), b(state, Dialect::kLegacy);
-  a.call(req(Op::kSet, {"/k"}, {"v"}));
-  CHECK(get_value(b, "/k") == "v");
-  CHECK(state.get("/k") != nullptr);
-  CHECK(state.keyspaces() == 0);
-}
-
-TEST_CASE("workers of a new attempt never see the keys of the previous one", "[store_session][keyspace]") {
-  KeyValueState state;
-  Client agent(state, Dialect::kModern);
-  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"job/r0"}));
-  Client old_worker(state, Dialect::kModern);
-  old_worker.call(req(Op::kSet, {"/default_pg/rank_1"}, {"old-address"}));
-  old_worker.call(add_req("init/", 1));
-  // The keys are stored under the attempt's prefix, and the agents see them there.
-  CHECK(state.get("/default_pg/rank_1") == nullptr);
-  REQUIRE(state.get("/ddprun/ws/job/r0//default_pg/rank_1") != nullptr);
-
-  // The next round opens a new keyspace; a straggler of the old attempt keeps its own.
-  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"job/r1"}));
-  Client new_worker(state, Dialect::kModern);
-  CHECK_FALSE(has_key(new_worker, "/default_pg/rank_1"));
-  CHECK(Reply(new_worker.call(add_req("init/", 1))).i64() == 1);
-  new_worker.call(req(Op::kSet, {"/default_pg/rank_1"}, {"new-address"}));
-  CHECK(get_value(old_worker, "/default_pg/rank_1") == "old-address");
-  old_worker.call(req(Op::kSet, {"/late"}, {"x"}));
-  CHECK_FALSE(has_key(new_worker, "/late"));
-  CHECK(get_value(new_worker, "/default_pg/rank_1") == "new-address");
-
-  // Agent keys are shared by everyone.
-  new_worker.call(req(Op::kSet, {"/ddprun/job/shared"}, {"1"}));
-  CHECK(get_value(old_worker, "/ddprun/job/shared") == "1");
-}
-
-TEST_CASE("a WAIT in one keyspace is not woken by a write in another", "[store_session][keyspace]") {
-  KeyValueState state;
-  Client agent(state, Dialect::kModern);
-  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"r0"}));
-  Client old_worker(state, Dialect::kModern);
-  old_worker.call(req(Op::kCheck, {"/x"}));  // binds to r0
-  agent.call(req(Op::kSet, {"/ddprun/worker_keyspace"}, {"r1"}));
-  Client waiter(state, Dialect::kModern);
-  CHECK(waiter.call(req(Op::kWait, {"/k"})).empty());
-  old_worker.call(req(Op::kSet, {"/k"}, {"stale"}));
-  CHECK(waiter.async() == 0);
-  Client writer(state, Dialect::kModern);
-  writer.call(req(Op::kSet, {"/k"}, {"fresh"}));
-  CHECK(waiter.async() == 1);
-  CHECK(Reply(waiter.take()).u8() == kWaitStopWaiting);
-}
-
-TEST_CASE("LIST_KEYS, GETNUMKEYS and WATCH_KEY events show keys without the prefix",
-          "[store_session][keyspace]") {
-  KeyValueState state;
-  state.set("/ddprun/worker_keyspace", "r7");
-  state.set("/ddprun/agent_only", "1");
-  Client watcher(state, Dialect::kLegacy), writer(state, Dialect::kLegacy);
-  watcher.call(req(Op::kWatchKey, {"/w"}));
-  writer.call(req(Op::kSet, {"/w"}, {"1"}));
-  Reply ev(watcher.take());
-  CHECK(ev.u8() == uint8_t(WatchEvent::kKeyCreated));
-  CHECK(ev.bytes() == "/w");
-
-  Client modern(state, Dialect::kModern);
-  modern.call(req(Op::kSet, {"/a"}, {"1"}));
-  Reply n(modern.call(req(Op::kGetNumKeys)));
-  CHECK(n.i64() == 2);
-  Reply list(modern.call(req(Op::kListKeys)));
-  REQUIRE(list.i64() == 2);
-  std::vector<std::string> keys{list.bytes(), list.bytes()};
-  std::sort(keys.begin(), keys.end());
-  CHECK(keys == std::vector<std::string>{"/a", "/w"});
-}
-
-TEST_CASE("a keyspace's keys are erased once no session uses it and it is no longer current",
-          "[store_session][keyspace]") {
-  KeyValueState state;
-  state.set("/ddprun/worker_keyspace", "r0");
-  auto worker = std::make_unique<Client>(state, Dialect::kModern);
-  worker->call(req(Op::kSet, {"/k"}, {std::string(1000, 'x')}));
-  worker->call(req(Op::kQueuePush, {"/q"}, {"item"}));
-  const size_t with_keys = state.stored_bytes();
-  CHECK(state.keyspaces() == 1);
-
-  // Still current: its keys stay after the worker left (a worker may reconnect within the attempt).
-  worker.reset();
-  CHECK(state.get("/ddprun/ws/r0//k") != nullptr);
-
-  // A new attempt: the old keyspace is gone, and with it its bytes.
-  state.set("/ddprun/worker_keyspace", "r1");
-  CHECK(state.get("/ddprun/ws/r0//k") == nullptr);
-  CHECK(state.queue_len("/ddprun/ws/r0//q") == 0);
-  CHECK(state.keyspaces() == 0);
-  CHECK(state.stored_bytes() < with_keys - 1000);
-
-  // A straggler keeps its old keyspace alive until it disconnects.
-  auto straggler = std::make_unique<Client>(state, Dialect::kModern);
-  straggler->call(req(Op::kSet, {"/s"}, {"1"}));
-  state.set("/ddprun/worker_keyspace", "r2");
-  CHECK(state.get("/ddprun/ws/r1//s") != nullptr);
-  straggler.reset();
-  CHECK(state.get("/ddprun/ws/r1//s") == nullptr);
-  CHECK(state.get("/ddprun/worker_keyspace") != nullptr);
 }
 
 }  // namespace
