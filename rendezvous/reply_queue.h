@@ -1,8 +1,8 @@
 // The bytes a store owes one client, queued without copying the large values in them (shared_value.h).
 //
 // ReplyQueue: one client's pending reply bytes, in order, as pieces: small fields copied into the queue
-// (owned), values of share_at bytes or more referenced (shared). A server writes the pieces with one gathering
-// write (for_each_piece); tests and the fuzzer read them back with flatten().
+// (owned), values of share_at bytes or more referenced (shared). A server writes the pieces with one
+// gathering write (for_each_piece); tests and the fuzzer read them back with flatten().
 //
 // SharedBytes: the ledger of the buffers that queues reference, shared by every queue of one server: each
 // distinct buffer counts once however many queues (or pieces of one queue) reference it. The server's memory

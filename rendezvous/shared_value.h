@@ -1,9 +1,9 @@
 // SharedValue: a stored value as an immutable buffer, shared by the store and the replies that carry it.
 //
 // The store (KeyValueState) holds one per key; a reply or a notification that carries the value references
-// the same buffer instead of copying it (ReplyQueue), so 1000 clients reading one 8 MiB value, or 100 watchers
-// of a key set five times, cost each value once, not once per reader. A buffer lives as long as the store or a
-// queued reply still references it. Single-threaded, like everything that shares one (the server's
+// the same buffer instead of copying it (ReplyQueue), so 1000 clients reading one 8 MiB value, or 100
+// watchers of a key set five times, cost each value once, not once per reader. A buffer lives as long as the
+// store or a queued reply still references it. Single-threaded, like everything that shares one (the server's
 // io_context thread): the reference count is not a synchronisation point.
 #pragma once
 

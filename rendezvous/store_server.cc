@@ -394,13 +394,16 @@ void StoreServer::Impl::enforce_budget() {
   const size_t share = budget / std::max<size_t>(1, connections.size());
   // Ranked once per call: a shared buffer leaves the total only when its last holder is dropped, so the
   // holders of one buffer are dropped in turn while the total stays over the budget.
+  bool logged = false;
   for (const auto& [held, c] : holdings()) {
     if (buffered() <= budget) return;
     // The connection whose request is being handled is spared: its input is released right after.
     if (c.get() == handling || c->closing()) continue;
     // Only a connection over its share is dropped; what is left over is held by connections being closed.
     if (held <= share) return;
-    spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered(), budget);
+    if (!std::exchange(logged, true)) {
+      spdlog::warn("store: {} bytes buffered for clients, over the budget of {}", buffered(), budget);
+    }
     c->close_soon("holds " + std::to_string(held) + " bytes of the store's memory (its share is " +
                   std::to_string(share) + ")");  // its queued output is released at once
   }

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "catch_compat.h"
 #include "eventually.h"
@@ -31,10 +34,12 @@ using ddprun::testing::eventually;
 // A blocking IPv4 loopback socket that never raises SIGPIPE.
 class RawSocket {
  public:
-  explicit RawSocket(uint16_t port, int rcvbuf = 0) {
+  // `rcvbuf` > 0: the receive buffer's size. `mss` > 0: the largest segment the server may send (TCP_MAXSEG).
+  explicit RawSocket(uint16_t port, int rcvbuf = 0, int mss = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd_ >= 0);
     if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    if (mss > 0) ::setsockopt(fd_, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -77,7 +82,7 @@ class RawSocket {
   std::string read(size_t n, std::chrono::milliseconds limit = 10s) {
     auto deadline = Clock::now() + limit;
     std::string out;
-    char buf[4096];
+    char buf[64 * 1024];
     while (out.size() < n) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       pollfd p{fd_, POLLIN, 0};
@@ -177,6 +182,50 @@ inline bool round_trip_within(uint16_t port, std::chrono::milliseconds limit) {
   StoreClient c("127.0.0.1", port, o);
   c.add("probe", 1);
   return c.get("kept") == "value";
+}
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// A client that reads slowly, or not at all: a 4 KiB receive buffer, so that what the store owes it stays
+// queued in the store, and Ethernet's segment size (1448 bytes): loopback's 64 KiB segments would make the
+// kernel give the store's side of each connection a send buffer of ~2.5 MiB (1000 such clients: 2.5 GB of
+// kernel memory, past tcp_mem's pressure mark). Such a client stays slow: its window stays at a few KiB
+// however much it reads later, and a read of megabytes through it was seen to stall for 30 s.
+inline std::unique_ptr<RawSocket> slow_reader(uint16_t port) {
+  return std::make_unique<RawSocket>(port, 4096, 1448);
+}
+
+// The i-th of n attacking clients: a slow_reader, except the first and the last, which have ordinary
+// buffers (and read nothing either until the test reads, at the end, everything the store owed them).
+inline std::unique_ptr<RawSocket> attacker(uint16_t port, size_t i, size_t n) {
+  return i == 0 || i + 1 == n ? std::make_unique<RawSocket>(port) : slow_reader(port);
+}
+
+// `n` connections (attacker()s, or with `all_slow` slow_reader()s) that watch `key` on the legacy callback
+// protocol and never read past the acknowledgement: what the store sends them stays queued in the store.
+inline std::vector<std::unique_ptr<RawSocket>> silent_watchers(uint16_t port, size_t n,
+                                                               const std::string& key,
+                                                               bool all_slow = false) {
+  std::vector<std::unique_ptr<RawSocket>> watchers;
+  for (size_t i = 0; i < n; ++i) {
+    watchers.push_back(all_slow ? slow_reader(port) : attacker(port, i, n));
+    REQUIRE(watchers.back()->send(encoded(Dialect::kLegacy, Request{.op = Op::kWatchKey, .keys = {key}})));
+    REQUIRE(watchers.back()->read(1) == std::string(1, static_cast<char>(WatchEvent::kCallbackRegistered)));
+  }
+  return watchers;
+}
+
+// The reply to a legacy GET, or a WATCH_KEY notification, as the client must read it.
+inline std::string string_field(const std::string& v) {
+  std::string out;
+  WireWriter(out).bytes(v);
+  return out;
+}
+
+inline std::string notification(WatchEvent event, const std::string& key, const std::string& old_value,
+                                const std::string& new_value) {
+  return std::string(1, static_cast<char>(event)) + string_field(key) + string_field(old_value) +
+         string_field(new_value);
 }
 
 }  // namespace ddprun::rdzv::hostile
