@@ -82,6 +82,10 @@ std::vector<ValueFlag> value_flags() {
        [=](C c) { return num(c.shutdown_timeout); }, "2.500000"},
       {{"--exit_barrier_timeout", "--exit-barrier-timeout"}, "", {}, "10",
        [=](C c) { return num(c.exit_barrier_timeout); }, "10.000000"},
+      {{"--store_memory_budget", "--store-memory-budget"}, "PET_STORE_MEMORY_BUDGET", {}, "512M",
+       [=](C c) { return num(c.store_memory_budget); }, "536870912"},
+      {{"--store_memory_budget", "--store-memory-budget"}, "PET_STORE_MEMORY_BUDGET", {}, " 1gib ",
+       [=](C c) { return num(c.store_memory_budget); }, "1073741824"},
       {{"--python"}, "", {}, "/usr/bin/python3", [](C c) { return c.python; }, "/usr/bin/python3"},
       {{"--log_level", "--log-level"}, "", {}, "debug", [](C c) { return c.log_level; }, "debug"},
       {{"--log_level", "--log-level"}, "", {}, "warning", [](C c) { return c.log_level; }, "warn"},
@@ -121,6 +125,7 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
   CHECK(c.shutdown_timeout == 30);
   CHECK(c.exit_barrier_timeout == 300);
+  CHECK(c.store_memory_budget == uint64_t{256} << 20);  // ddprun extension: docs/cli.md says why
   CHECK(c.python == "python3");
   CHECK(c.log_level == "info");
   CHECK(c.training_script == "train.py");
@@ -300,6 +305,9 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--monitor_interval", "-1", "t.py"}, {}, {"--monitor_interval", "'-1'"}},
       {{"--shutdown_timeout", "soon", "t.py"}, {}, {"--shutdown_timeout", "'soon'"}},
       {{"--exit_barrier_timeout", "nan", "t.py"}, {}, {"--exit_barrier_timeout", "'nan'"}},
+      {{"--store_memory_budget", "512K", "t.py"}, {}, {"--store_memory_budget", "'512K'", "at least"}},
+      {{"--store_memory_budget", "1T", "t.py"}, {}, {"--store_memory_budget", "'1T'"}},
+      {{"--store_memory_budget", "-1G", "t.py"}, {}, {"--store_memory_budget", "'-1G'"}},
       {{"--start_method", "thread", "t.py"}, {}, {"--start_method", "'thread'", "spawn"}},
       {{"--local_ranks_filter", "0,a", "t.py"}, {}, {"--local_ranks_filter", "'0,a'"}},
       {{"--log_level", "loud", "t.py"}, {}, {"--log_level", "'loud'"}},
