@@ -18,15 +18,21 @@ std::optional<int64_t> parse_int(const std::string& s) {
 
 }  // namespace
 
-const SharedValue& KeyValueState::store(const std::string& key, SharedValue value) {
+const SharedValue& KeyValueState::store(const std::string& key, std::string value) {
   auto [it, inserted] = values_.try_emplace(key);
   if (inserted) {
     stored_bytes_ += key.size();
   } else {
     stored_bytes_ -= it->second->size();
   }
-  stored_bytes_ += value->size();
-  it->second = std::move(value);
+  stored_bytes_ += value.size();
+  if (!inserted && it->second.use_count() == 1) {
+    // Nobody else holds the buffer (no queued reply, no watcher's old value): reuse it, as a map of strings
+    // would. It was made non-const by make_shared_value, so this is allowed.
+    const_cast<std::string&>(*it->second) = std::move(value);
+  } else {
+    it->second = make_shared_value(std::move(value));
+  }
   return it->second;
 }
 
@@ -38,7 +44,7 @@ void KeyValueState::set(const std::string& key, std::string value) {
   auto it = values_.find(key);
   const bool existed = it != values_.end();
   SharedValue old = existed ? old_for_watchers(key, it->second) : SharedValue();
-  const SharedValue& now = store(key, make_shared_value(std::move(value)));
+  const SharedValue& now = store(key, std::move(value));
   written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
 }
 
@@ -66,7 +72,7 @@ std::optional<int64_t> KeyValueState::add(const std::string& key, int64_t delta)
   }
   int64_t result = 0;
   if (__builtin_add_overflow(current, delta, &result)) return std::nullopt;
-  const SharedValue& now = store(key, make_shared_value(std::to_string(result)));
+  const SharedValue& now = store(key, std::to_string(result));
   written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
   return result;
 }
@@ -75,13 +81,13 @@ SharedValue KeyValueState::compare_set(const std::string& key, std::string expec
   auto it = values_.find(key);
   if (it == values_.end()) {
     if (!expected.empty()) return make_shared_value(std::move(expected));
-    const SharedValue& now = store(key, make_shared_value(std::move(desired)));
+    const SharedValue& now = store(key, std::move(desired));
     written(key, WatchEvent::kKeyCreated, nullptr, now);
     return now;
   }
   if (*it->second == expected) {
     SharedValue old = it->second;  // kept alive: the notification carries it
-    const SharedValue& now = store(key, make_shared_value(std::move(desired)));
+    const SharedValue& now = store(key, std::move(desired));
     written(key, WatchEvent::kKeyUpdated, old, now);
     return now;
   }
@@ -106,7 +112,7 @@ bool KeyValueState::remove(const std::string& key) {
 void KeyValueState::append(const std::string& key, std::string_view value) {
   auto it = values_.find(key);
   if (it == values_.end()) {
-    const SharedValue& now = store(key, make_shared_value(std::string(value)));
+    const SharedValue& now = store(key, std::string(value));
     written(key, WatchEvent::kKeyCreated, nullptr, now);
     return;
   }

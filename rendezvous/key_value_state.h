@@ -119,8 +119,9 @@ class KeyValueState {
                const SharedValue& new_value, bool wake_one = false);
   void notify_watchers(const std::string& key, WatchEvent event, const SharedValue& old_value,
                        const SharedValue& new_value);
-  // Stores `value` at `key`; returns the stored buffer (a reference into values_).
-  const SharedValue& store(const std::string& key, SharedValue value);
+  // Stores `value` at `key`, in the key's buffer when no one else references it (else in a new one); returns
+  // the stored buffer (a reference into values_).
+  const SharedValue& store(const std::string& key, std::string value);
   // The key's current buffer when someone watches it (a notification needs it), else null.
   SharedValue old_for_watchers(const std::string& key, const SharedValue& current) const;
   // Erases the keys and queues of every keyspace that is neither current nor bound.

@@ -19,10 +19,8 @@ void SharedBytes::release(const std::string& v) {
 }
 
 void ReplyQueue::raw(const void* p, size_t n) {
-  if (pieces_.empty() || pieces_.back().shared) pieces_.emplace_back();
-  pieces_.back().owned.append(static_cast<const char*>(p), n);
+  owned_.append(static_cast<const char*>(p), n);
   size_ += n;
-  owned_ += n;
 }
 
 void ReplyQueue::bytes(std::string_view v) {
@@ -39,24 +37,30 @@ void ReplyQueue::bytes(const SharedValue& v) {
   const uint64_t n = v->size();
   raw(&n, sizeof n);
   if (ledger_) ledger_->add(*v);
-  pieces_.push_back(Piece{{}, v});
+  shared_.push_back(Shared{owned_.size(), v});
   size_ += v->size();
+}
+
+size_t ReplyQueue::pieces() const {
+  size_t n = 0;
+  for_each_piece([&n](const char*, size_t) { ++n; });
+  return n;
 }
 
 void ReplyQueue::clear() {
   if (ledger_) for_each_shared([this](const std::string& s) { ledger_->release(s); });
-  pieces_.clear();
-  if (pieces_.capacity() > 16) std::vector<Piece>().swap(pieces_);  // a long queue's memory goes back too
+  shared_.clear();
+  if (shared_.capacity() > 16) std::vector<Shared>().swap(shared_);  // a long queue's memory goes back too
+  std::string().swap(owned_);  // an idle connection holds no reply buffer
   size_ = 0;
-  owned_ = 0;
 }
 
 void ReplyQueue::swap(ReplyQueue& other) {
   if (ledger_ != other.ledger_) std::abort();  // each queue's references are on its own ledger
   std::swap(share_at_, other.share_at_);
-  pieces_.swap(other.pieces_);
+  owned_.swap(other.owned_);
+  shared_.swap(other.shared_);
   std::swap(size_, other.size_);
-  std::swap(owned_, other.owned_);
 }
 
 std::string ReplyQueue::flatten() const {

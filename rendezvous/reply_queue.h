@@ -1,8 +1,10 @@
 // The bytes a store owes one client, queued without copying the large values in them (shared_value.h).
 //
 // ReplyQueue: one client's pending reply bytes, in order, as pieces: small fields copied into the queue
-// (owned), values of share_at bytes or more referenced (shared). A server writes the pieces with one
-// gathering write (for_each_piece); tests and the fuzzer read them back with flatten().
+// (owned), values of share_at bytes or more referenced (shared). The copied bytes are one string, as a plain
+// reply buffer, so that small replies cost no more than before values were shared; the referenced values are
+// kept with their place in it. A server writes the pieces with one gathering write (for_each_piece); tests
+// and the fuzzer read them back with flatten().
 //
 // SharedBytes: the ledger of the buffers that queues reference, shared by every queue of one server: each
 // distinct buffer counts once however many queues (or pieces of one queue) reference it. The server's memory
@@ -70,8 +72,9 @@ class ReplyQueue {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   // Of size(), the bytes this queue holds copies of (the rest are references to shared buffers).
-  size_t owned_bytes() const { return owned_; }
-  size_t pieces() const { return pieces_.size(); }
+  size_t owned_bytes() const { return owned_.size(); }
+  // How many pieces for_each_piece() walks: runs of copied bytes and referenced values.
+  size_t pieces() const;
 
   // Drops everything queued, releasing its references and its memory.
   void clear();
@@ -82,34 +85,34 @@ class ReplyQueue {
   // is next changed.
   template <class Fn>
   void for_each_piece(Fn&& fn) const {
-    for (const Piece& p : pieces_) {
-      const std::string& s = p.shared ? *p.shared : p.owned;
-      fn(s.data(), s.size());
+    size_t from = 0;
+    for (const Shared& s : shared_) {
+      if (s.at > from) fn(owned_.data() + from, s.at - from);
+      fn(s.value->data(), s.value->size());
+      from = s.at;
     }
+    if (owned_.size() > from) fn(owned_.data() + from, owned_.size() - from);
   }
-  // Calls fn(const std::string& buffer) for each piece that references a shared buffer (a buffer referenced
-  // twice is seen twice).
+  // Calls fn(const std::string& buffer) for each referenced value (a buffer referenced twice is seen twice).
   template <class Fn>
   void for_each_shared(Fn&& fn) const {
-    for (const Piece& p : pieces_) {
-      if (p.shared) fn(*p.shared);
-    }
+    for (const Shared& s : shared_) fn(*s.value);
   }
   // Every queued byte in one string (tests, the fuzzer).
   std::string flatten() const;
 
  private:
-  struct Piece {
-    std::string owned;
-    SharedValue shared;  // set: this piece is the shared buffer, `owned` is empty
+  struct Shared {
+    size_t at;          // goes out after the first `at` bytes of owned_
+    SharedValue value;  // never null
   };
   void raw(const void* p, size_t n);
 
   SharedBytes* ledger_;
   size_t share_at_;
-  std::vector<Piece> pieces_;
+  std::string owned_;           // every copied byte, in order
+  std::vector<Shared> shared_;  // the referenced values, by place in owned_ (non-decreasing)
   size_t size_ = 0;
-  size_t owned_ = 0;
 };
 
 }  // namespace ddprun::rdzv

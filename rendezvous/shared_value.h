@@ -15,8 +15,10 @@ namespace ddprun::rdzv {
 // Never null where a value exists; an empty (null) SharedValue means "no value".
 using SharedValue = std::shared_ptr<const std::string>;
 
-// The one way values are made. The string is created non-const, so that its owner may append to it in place
-// while no one else references it (use_count() == 1: KeyValueState::append), which no queued reply can see.
+// The one way values are made. The string is created non-const, so that its owner may overwrite or append to
+// it in place while no one else references it (use_count() == 1: KeyValueState::store and append), which no
+// queued reply can see: a SET or ADD of a key nobody is being sent costs what it cost before values were
+// shared.
 inline SharedValue make_shared_value(std::string bytes) {
   return std::make_shared<std::string>(std::move(bytes));
 }

@@ -22,10 +22,15 @@
 // Prints one JSON line: label, attack, clients, value_bytes, sets, hold_s, rss_before_kb (before the attack),
 // rss_peak_kb (the highest sample), rss_growth_mib (peak - before), hwm_growth_mib (VmHWM at the end -
 // before: the kernel's own peak, when the server started fresh for this run), probes, probe_p50_ms,
-// probe_max_ms, attackers_dropped (attacking connections the server closed), errors, first_error.
-// Exit codes: 0 done, 1 errors (the JSON line is still printed), 2 bad flags.
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+// probe_max_ms, probe_unanswered_ms (the probe still unanswered when the attack ended: how long it had
+// waited; 0: none), attackers_dropped (attacking connections the server closed), errors, first_error. Exit
+// codes: 0 done, 1 errors (the JSON line is still printed), 2 bad flags.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
@@ -34,17 +39,12 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <nlohmann/json.hpp>
 
 #include "rendezvous/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
@@ -132,7 +132,8 @@ class Attack {
     const size_t n = o_.clients ? o_.clients : 100, bytes = value_bytes();
     for (size_t i = 0; i < n; ++i) {
       attackers_.push_back(std::make_unique<tcp::socket>(connect(true)));
-      asio::write(*attackers_.back(), asio::buffer(encode({.op = rdzv::Op::kWatchKey, .keys = {"/attack/w"}})));
+      asio::write(*attackers_.back(),
+                  asio::buffer(encode({.op = rdzv::Op::kWatchKey, .keys = {"/attack/w"}})));
       std::array<char, 1> ack{};
       asio::read(*attackers_.back(), asio::buffer(ack));
     }
@@ -141,7 +142,8 @@ class Attack {
     // The SETs run on a thread of their own (blocking), while this one samples and probes.
     std::thread writer([&] {
       try {
-        for (int i = 0; i < o_.sets; ++i) set(setter, "/attack/w", std::string(bytes, static_cast<char>('a' + i)));
+        for (int i = 0; i < o_.sets; ++i)
+          set(setter, "/attack/w", std::string(bytes, static_cast<char>('a' + i)));
       } catch (const boost::system::system_error& e) {
         asio::post(io_, [this, what = std::string(e.what())] { error("SET: " + what); });
       }
@@ -213,7 +215,8 @@ class Attack {
 
   // The attack's last request is sent: go on sampling and probing for --hold seconds, then stop.
   void hold() {
-    end_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.hold_s)));
+    end_timer_.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.hold_s)));
     end_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) stop();
     });
@@ -222,6 +225,9 @@ class Attack {
   void stop() {
     if (stopped_) return;
     stopped_ = true;
+    if (probe_started_) {  // still unanswered when the attack ends: how long it had waited so far
+      unanswered_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - *probe_started_).count();
+    }
     after_ = sample_server(o_.server_pid);
     peak_kb_ = std::max(peak_kb_, after_.rss_kb);
     if (o_.attack == "watch") {
@@ -250,6 +256,7 @@ class Attack {
     if (stopped_) return;
     auto s = std::make_shared<tcp::socket>(io_);
     auto started = std::make_shared<Clock::time_point>(Clock::now());
+    probe_started_ = *started;
     auto reply = std::make_shared<std::array<char, 8>>();
     probe_timer_.expires_after(kProbeCap);
     probe_timer_.async_wait([this, s](const boost::system::error_code& ec) {
@@ -262,22 +269,28 @@ class Attack {
     s->async_connect(endpoint_, [this, s, started, reply](const boost::system::error_code& ec) {
       if (ec) return probe_failed("connect: " + ec.message());
       s->set_option(tcp::no_delay(true));
-      auto req = std::make_shared<std::string>(encode({.op = rdzv::Op::kAdd, .keys = {"/attack/probe"}, .delta = 1}));
-      asio::async_write(*s, asio::buffer(*req), [this, s, req, started, reply](const boost::system::error_code& wec,
-                                                                            size_t) {
-        if (wec) return probe_failed("send: " + wec.message());
-        asio::async_read(*s, asio::buffer(*reply), [this, s, started](const boost::system::error_code& rec, size_t) {
-          if (rec) return probe_failed("receive: " + rec.message());
-          probes_ms_.push_back(std::chrono::duration<double, std::milli>(Clock::now() - *started).count());
-          probe_timer_.cancel();
-          s->close();
-          next_probe();
-        });
-      });
+      auto req = std::make_shared<std::string>(
+          encode({.op = rdzv::Op::kAdd, .keys = {"/attack/probe"}, .delta = 1}));
+      asio::async_write(
+          *s, asio::buffer(*req),
+          [this, s, req, started, reply](const boost::system::error_code& wec, size_t) {
+            if (wec) return probe_failed("send: " + wec.message());
+            asio::async_read(
+                *s, asio::buffer(*reply), [this, s, started](const boost::system::error_code& rec, size_t) {
+                  if (rec) return probe_failed("receive: " + rec.message());
+                  probes_ms_.push_back(
+                      std::chrono::duration<double, std::milli>(Clock::now() - *started).count());
+                  probe_started_.reset();
+                  probe_timer_.cancel();
+                  s->close();
+                  next_probe();
+                });
+          });
     });
   }
   void probe_failed(const std::string& what) {
     if (stopped_) return;
+    probe_started_.reset();
     probe_timer_.cancel();
     error("probe " + what);
     next_probe();
@@ -312,6 +325,7 @@ class Attack {
     j["probes"] = ms.size();
     j["probe_p50_ms"] = ms.empty() ? 0.0 : round1(ms[ms.size() / 2]);
     j["probe_max_ms"] = ms.empty() ? 0.0 : round1(ms.back());
+    j["probe_unanswered_ms"] = round1(unanswered_ms_);
     j["attackers_dropped"] = dropped_;
     j["errors"] = errors_;
     j["first_error"] = first_error_;
@@ -328,6 +342,8 @@ class Attack {
   ServerSample before_, after_;
   int64_t peak_kb_ = 0;
   std::vector<double> probes_ms_;
+  std::optional<Clock::time_point> probe_started_;  // the probe in flight, if any
+  double unanswered_ms_ = 0;                        // the probe unanswered at the end: its wait so far
   size_t dropped_ = 0;
   bool stopped_ = false;
   uint64_t errors_ = 0;

@@ -1,5 +1,5 @@
-// Tests of StoreSession's shared replies: a large value queued for many clients is one buffer, counted once on
-// the ledger, and what a client reads is the value as it was when its reply was queued.
+// Tests of StoreSession's shared replies: a large value queued for many clients is one buffer, counted once
+// on the ledger, and what a client reads is the value as it was when its reply was queued.
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,9 +33,9 @@ TEST_CASE("a thousand GETs of one large value queue it once", "[store_session][s
     owned += r->session().output().owned_bytes();
     queued += r->session().output().size();
   }
-  CHECK(owned == 1000 * 8);                     // each reply's length field
-  CHECK(queued == 1000 * (kBig.size() + 8));    // what the clients will read
-  CHECK(ledger.bytes() == kBig.size());          // the value: once
+  CHECK(owned == 1000 * 8);                   // each reply's length field
+  CHECK(queued == 1000 * (kBig.size() + 8));  // what the clients will read
+  CHECK(ledger.bytes() == kBig.size());       // the value: once
   CHECK(ledger.buffers() == 1);
   CHECK(Reply(readers[0]->take()).bytes() == kBig);
   readers.clear();
@@ -66,6 +66,29 @@ TEST_CASE("a queued reply keeps the value it was queued with", "[store_session][
   }
   CHECK(Reply(reader.take()).bytes() == kBig);
   CHECK(ledger.bytes() == 0);
+}
+
+TEST_CASE("an unshared value is overwritten in place, a shared one replaced", "[store_session][sharing]") {
+  KeyValueState state;
+  SharedBytes ledger;
+  Client c(state, Dialect::kModern, true, &ledger);
+  c.call(req(Op::kSet, {"/k"}, {kBig}));
+  const std::string* buffer = state.get("/k");
+  c.call(req(Op::kSet, {"/k"}, {"small"}));
+  CHECK(state.get("/k") == buffer);  // no reply holds it: reused, as a map of strings would
+  c.call(add_req("/n", 1));
+  const std::string* counter = state.get("/n");
+  c.call(add_req("/n", 1));
+  CHECK(state.get("/n") == counter);
+  CHECK(*counter == "2");
+
+  c.call(req(Op::kSet, {"/k"}, {kBig}));
+  Client reader(state, Dialect::kModern, true, &ledger);
+  reader.send(req(Op::kGet, {"/k"}));  // queued, not read: the buffer is referenced
+  buffer = state.get("/k");
+  c.call(req(Op::kSet, {"/k"}, {"new"}));
+  CHECK(state.get("/k") != buffer);
+  CHECK(Reply(reader.take()).bytes() == kBig);
 }
 
 TEST_CASE("an unshared value is appended to in place", "[store_session][sharing]") {
