@@ -18,13 +18,24 @@ namespace ddprun::rdzv {
 
 using namespace ddprun::rdzv::hostile;
 
+namespace {
+
+// A server with `budget` bytes for its clients, and a request timeout a loaded machine cannot reach while
+// passing a SET of megabytes (the budget must act, not the timeout).
+StoreServerOptions budgeted(size_t budget) {
+  StoreServerOptions o;
+  o.memory_budget = budget;
+  o.request_timeout = 60s;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("Hostile reader: a hundred watchers that never read hold each value once",
           "[store][hostile][integration]") {
   // Each of 5 SETs of 2 MiB notifies 100 watchers with the old and the new value: 2 GB of notifications if
   // each were a copy (the store's RSS grew by 1.2 GB before values were shared). Shared: the 5 values.
-  StoreServerOptions options;
-  options.memory_budget = 64 * kMiB;
-  options.request_timeout = 60s;  // a loaded machine may take long to pass a 2 MiB SET; not what is tested
+  const StoreServerOptions options = budgeted(64 * kMiB);
   Fixture f(options);
   auto watchers = silent_watchers(f.server.port(), 100, "/w");
   StoreClient setter("127.0.0.1", f.server.port(), client_options(Dialect::kLegacy));
@@ -63,9 +74,7 @@ TEST_CASE("Hostile reader: two hundred clients reading one large value slowly ho
           "[store][hostile][integration]") {
   // 200 GETs of a 4 MiB value, none read at first: 800 MiB of replies if each were a copy (the budget, 64
   // MiB, would have dropped most of them). Shared: the value, once, and the fresh client is served meanwhile.
-  StoreServerOptions options;
-  options.memory_budget = 64 * kMiB;
-  options.request_timeout = 60s;
+  const StoreServerOptions options = budgeted(64 * kMiB);
   Fixture f(options);
   const std::string blob(4 * kMiB, 'z');
   StoreClient setter("127.0.0.1", f.server.port(), client_options(Dialect::kLegacy));
@@ -102,9 +111,7 @@ TEST_CASE("Hostile reader: watchers that never read are dropped once the values 
           "[store][hostile][integration]") {
   // Every SET of a new value leaves the old one held by the watchers' queues: 8 watchers and 512 KiB values
   // pass an 8 MiB budget after 16 SETs. The watchers, each over its share, are dropped; the writer is not.
-  StoreServerOptions options;
-  options.memory_budget = 8 * kMiB;
-  options.request_timeout = 60s;
+  const StoreServerOptions options = budgeted(8 * kMiB);
   Fixture f(options);
   auto watchers = silent_watchers(f.server.port(), 8, "/w", /*all_slow=*/true);  // all hold alike
   StoreClient setter("127.0.0.1", f.server.port(), client_options(Dialect::kLegacy));
@@ -211,9 +218,7 @@ TEST_CASE("Hostile client: a watcher that never reads its notifications is dropp
 TEST_CASE("Hostile client: unfinished requests count against the memory budget",
           "[store][hostile][integration]") {
   // 16 clients each send 15 of the 16 MiB of a SET they declared, then stall: 240 MiB held without a budget.
-  StoreServerOptions options;
-  options.memory_budget = 64 << 20;
-  options.request_timeout = 60s;  // the budget must act, not the timeout
+  const StoreServerOptions options = budgeted(64 << 20);
   Fixture f(options);
   std::vector<std::unique_ptr<RawSocket>> stalled;
   const std::string chunk(1 << 20, 'x');
