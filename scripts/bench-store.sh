@@ -280,8 +280,8 @@ if attacks:
     print("\nAttacks (ddprun-store-attack, each against a fresh server; RSS sampled every 50 ms; a fresh client's "
           "ADD round trip probed every 100 ms during the attack):\n")
     print("| server | attack | clients | value | RSS before | RSS growth (peak sample) | VmHWM growth "
-          "| fresh client round trip: median / max | probes | attackers dropped | errors |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| fresh client round trip: median / max | probes | server CPU / attack's time | attackers dropped | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     what = {"watch": lambda a: f"watch, {a['sets']} SETs", "get": lambda a: "GET, read slowly"}
     def trip(a):
         # A probe still unanswered at the end bounds the round trip from below.
@@ -297,6 +297,7 @@ if attacks:
         print(f"| {labels.get(a['label'], a['label'])} | {what[a['attack']](a)} | {a['clients']} | "
               f"{a['value_bytes'] / 1048576:g} MiB | {a['rss_before_kb'] / 1024:.1f} MiB | "
               f"{a['rss_growth_mib']:.1f} MiB | {a['hwm_growth_mib']:.1f} MiB | "
-              f"{trip(a)} | {a['probes']} | {a['attackers_dropped']} | {err} |")
+              f"{trip(a)} | {a['probes']} | {a.get('server_cpu_s', 0):.2f} s / {a.get('attack_s', 0):.1f} s | "
+              f"{a['attackers_dropped']} | {err} |")
 EOF
 log "raw results: $results"

@@ -22,7 +22,8 @@
 // Prints one JSON line: label, attack, clients, value_bytes, sets, hold_s, rss_before_kb (before the attack),
 // rss_peak_kb (the highest sample), rss_growth_mib (peak - before), hwm_growth_mib (VmHWM at the end -
 // before: the kernel's own peak, when the server started fresh for this run), probes, probe_p50_ms,
-// probe_max_ms, probe_unanswered_ms (the probe still unanswered when the attack ended: how long it had
+// probe_max_ms, attack_s (from the first attacking request to the end), server_cpu_s (the server's CPU time
+// in it), probe_unanswered_ms (the probe still unanswered when the attack ended: how long it had
 // waited; 0: none), attackers_dropped (attacking connections the server closed), errors, first_error. Exit
 // codes: 0 done, 1 errors (the JSON line is still printed), 2 bad flags.
 #include <netinet/in.h>
@@ -201,6 +202,8 @@ class Attack {
   }
 
   void start_sampling() {
+    attack_started_ = Clock::now();
+    cpu_before_ = sample_cpu(o_.server_pid).server_s;
     sample();
     probe();
   }
@@ -229,6 +232,8 @@ class Attack {
       unanswered_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - *probe_started_).count();
     }
     after_ = sample_server(o_.server_pid);
+    attack_s_ = std::chrono::duration<double>(Clock::now() - attack_started_).count();
+    server_cpu_s_ = sample_cpu(o_.server_pid).server_s - cpu_before_;
     peak_kb_ = std::max(peak_kb_, after_.rss_kb);
     if (o_.attack == "watch") {
       // A watcher the server dropped reads what was sent before the close, then end of file; one still held
@@ -326,6 +331,8 @@ class Attack {
     j["probe_p50_ms"] = ms.empty() ? 0.0 : round1(ms[ms.size() / 2]);
     j["probe_max_ms"] = ms.empty() ? 0.0 : round1(ms.back());
     j["probe_unanswered_ms"] = round1(unanswered_ms_);
+    j["attack_s"] = round1(attack_s_);
+    j["server_cpu_s"] = std::round(server_cpu_s_ * 100) / 100;
     j["attackers_dropped"] = dropped_;
     j["errors"] = errors_;
     j["first_error"] = first_error_;
@@ -340,6 +347,8 @@ class Attack {
   std::vector<size_t> received_;  // get: reply bytes each client read so far
   size_t reply_bytes_ = 0;
   ServerSample before_, after_;
+  Clock::time_point attack_started_;
+  double attack_s_ = 0, cpu_before_ = 0, server_cpu_s_ = 0;  // the attack's wall time, the server's CPU in it
   int64_t peak_kb_ = 0;
   std::vector<double> probes_ms_;
   std::optional<Clock::time_point> probe_started_;  // the probe in flight, if any
