@@ -3,12 +3,20 @@
 #include <csignal>
 
 #include "agent/log_layout.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::agent {
 
 int SupervisionPolicy::exit_code_of_signal(int sig) const {
   auto it = signal_exit_codes.find(sig);
   return it == signal_exit_codes.end() ? 128 + sig : it->second;
+}
+
+std::string console_prefix(const AgentConfig& config, int local_rank, int rank) {
+  if (config.log_line_prefix_template.empty()) return "[" + config.role + std::to_string(local_rank) + "]:";
+  return template_substitute(config.log_line_prefix_template, {{"role_name", config.role},
+                                                               {"rank", std::to_string(rank)},
+                                                               {"local_rank", std::to_string(local_rank)}});
 }
 
 bool file_timer_enabled(const AgentConfig& config) {

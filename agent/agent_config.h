@@ -21,7 +21,11 @@ struct WorkerOutput {
   bool stderr_to_file = false;
   bool stdout_to_console = true;
   bool stderr_to_console = true;
-  bool prefix_console = false;  // "[<node tag><role><local_rank>]:" before every console line
+  // The stream is tee'd (--tee) to the console: each of its console lines gets the prefix (torch's TailLog
+  // header: "[<role><local_rank>]:", or AgentConfig::log_line_prefix_template). A stream shown without --tee
+  // reaches the console as the worker wrote it, as under torchrun.
+  bool prefix_stdout = false;
+  bool prefix_stderr = false;
 };
 
 // The blueprint of one local worker (torch's WorkerSpec, per local rank): what to run and where its output
@@ -58,7 +62,10 @@ struct AgentConfig {
   SupervisionPolicy supervision;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
-  std::string node_tag;           // "" or e.g. "n1" (prefixed to console lines when nnodes > 1)
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torch >= 2.1): the prefix of tee'd console lines, with
+  // ${role_name}, ${rank} (global) and ${local_rank} substituted (template_substitute); "" = torch's
+  // "[<role><local_rank>]:".
+  std::string log_line_prefix_template;
   // --prestart: prestart_delay after each spawn, a standby per Python worker for the next round
   // (agent/process/prestart.h).
   bool prestart = false;
@@ -74,6 +81,10 @@ struct AgentConfig {
   std::string rdzv_backend = "static";
   std::string entry_point;
 };
+
+// The console prefix of local rank `local_rank` (global rank `rank`) in a tee'd stream: torch's
+// "[<role><local_rank>]:", or log_line_prefix_template substituted.
+std::string console_prefix(const AgentConfig& config, int local_rank, int rank);
 
 // torch's FileTimer is served (agent/watchdog/file_timer.h): TORCHELASTIC_ENABLE_FILE_TIMER=1 in base_env.
 bool file_timer_enabled(const AgentConfig& config);

@@ -74,19 +74,15 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     w.console_stdout = o.stdout_to_console;
     w.whole_lines = nproc > 1;  // several workers share the console: never interleave half lines
     w.console_stderr = o.stderr_to_console;
-    if (o.prefix_console) {
-      w.prefix = "[" + (config.node_tag.empty() ? "" : config.node_tag + ":") + config.role +
-                 std::to_string(lr) + "]:";
-    }
-    // torch's --duplicate-*-filters tail the tee'd streams (tee_stdouts: not the ranks --local_ranks_filter
-    // drops), with its console prefix.
-    const std::string torch_prefix = "[" + config.role + std::to_string(lr) + "]:";
+    // torch's TailLog: a tee'd stream's console lines carry the prefix; its --duplicate-*-filters tail the
+    // tee'd streams (tee_stdouts: not the ranks --local_ranks_filter drops) with the same prefix.
+    const std::string prefix = console_prefix(config, lr, who.rank);
+    if (o.prefix_stdout) w.stdout_prefix = prefix;
+    if (o.prefix_stderr) w.stderr_prefix = prefix;
     if (o.stdout_to_file && o.stdout_to_console && !config.duplicate_stdout_filters.empty())
-      w.stdout_duplicate = {
-          .filters = config.duplicate_stdout_filters, .file = nullptr, .prefix = torch_prefix};
+      w.stdout_duplicate = {.filters = config.duplicate_stdout_filters, .file = nullptr, .prefix = prefix};
     if (o.stderr_to_file && o.stderr_to_console && !config.duplicate_stderr_filters.empty())
-      w.stderr_duplicate = {
-          .filters = config.duplicate_stderr_filters, .file = nullptr, .prefix = torch_prefix};
+      w.stderr_duplicate = {.filters = config.duplicate_stderr_filters, .file = nullptr, .prefix = prefix};
     out.push_back(std::move(w));
   }
   return out;

@@ -23,7 +23,10 @@ agent::WorkerOutput worker_output(const LaunchConfig& c, int local_rank) {
   o.stderr_to_file = has(redirect, Std::kErr) || has(tee, Std::kErr);
   o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
   o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
-  o.prefix_console = tee != Std::kNone || c.local_ranks_filter.has_value() || c.max_nodes > 1;
+  // torch's TailLog prefixes the tee'd streams of the shown ranks only; the rest reach the console as
+  // written.
+  o.prefix_stdout = o.stdout_to_console && has(tee, Std::kOut);
+  o.prefix_stderr = o.stderr_to_console && has(tee, Std::kErr);
   return o;
 }
 
@@ -59,7 +62,8 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.log_dir = c.log_dir;
   const bool log_files_asked = c.redirects != StdSpec{} || c.tee != StdSpec{};
   if (a.log_dir.empty() && log_files_asked) a.log_dir = context.temp_dir;
-  a.node_tag = node_tag(c, context.host_and_pid);
+  if (auto it = context.env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != context.env.end())
+    a.log_line_prefix_template = it->second;
   a.duplicate_stdout_filters = c.duplicate_stdout_filters;
   a.duplicate_stderr_filters = c.duplicate_stderr_filters;
   a.event_log_handler = c.event_log_handler;

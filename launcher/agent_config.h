@@ -16,26 +16,25 @@ namespace ddprun::launcher {
 // What the launcher knows of its own process, besides the command line.
 struct LauncherContext {
   agent::Env env;                  // the launcher's environment: every worker inherits it
-  std::string host_and_pid;        // host_and_pid(): the tag of a c10d agent
   std::filesystem::path temp_dir;  // for the log files -r/-t ask for when --log_dir is not given
 };
 
 // "<host name up to its first '.'>:<pid>": "node7:1234" for "node7.cluster" and "1234".
 std::string host_and_pid(const std::string& host_name, const std::string& pid);
 
-// The tag of this agent in its log lines and in its workers' console prefixes: with c10d `host_and_pid`
+// The tag of this agent in its own log lines: with c10d `host_and_pid`
 // (node ranks are known only after the rendezvous), with a static backend of more than one node
 // "n<node_rank>", else "".
 std::string node_tag(const LaunchConfig& c, const std::string& host_and_pid);
 
 // The agent's configuration. Per local rank: argv (LaunchConfig::worker_argv) and where stdout/stderr go:
 // to a file when --redirects or --tee name the stream; to the console unless --redirects names it without
-// --tee, or --local_ranks_filter leaves the rank out; console lines prefixed when --tee is given,
-// --local_ranks_filter is given or there is more than one node. log_dir: --log_dir; without it
-// context.temp_dir when -r/-t ask for log files, else "" (the agent then keeps its files in a temporary
-// directory). --virtual-local-rank and each local rank's --numa-binding CPUs are passed on. OMP_NUM_THREADS=1
-// for more than one local worker unless context.env sets it. Under Slurm, SIGTERM/SIGUSR1/SIGUSR2 end the job
-// with agent::kExitSlurmInterrupted.
+// --tee, or --local_ranks_filter leaves the rank out; the console lines of a tee'd stream prefixed (as
+// torch's TailLog: "[<role><local_rank>]:", or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE from context.env), the
+// others shown as the worker wrote them. log_dir: --log_dir; without it context.temp_dir when -r/-t ask for
+// log files, else "" (the agent then keeps its files in a temporary directory). --virtual-local-rank and each
+// local rank's --numa-binding CPUs are passed on. OMP_NUM_THREADS=1 for more than one local worker unless
+// context.env sets it. Under Slurm, SIGTERM/SIGUSR1/SIGUSR2 end the job with agent::kExitSlurmInterrupted.
 agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& context);
 
 }  // namespace ddprun::launcher

@@ -139,8 +139,8 @@ std::string worker_block(const LaunchConfig& c, const Plan& plan, const agent::W
   out << "  argv:";
   for (const auto& a : w.argv) out << " " << shell_quote(a);
   out << "\n";
-  out << "  stdout: " << stream_text(w.console_stdout, w.stdout_file, w.prefix, filtered_out) << "\n";
-  out << "  stderr: " << stream_text(w.console_stderr, w.stderr_file, w.prefix, filtered_out) << "\n";
+  out << "  stdout: " << stream_text(w.console_stdout, w.stdout_file, w.stdout_prefix, filtered_out) << "\n";
+  out << "  stderr: " << stream_text(w.console_stderr, w.stderr_file, w.stderr_prefix, filtered_out) << "\n";
   if (!w.cpu_affinity.empty()) {
     out << "  cpus:   " << format_cpu_list({w.cpu_affinity.begin(), w.cpu_affinity.end()})
         << " (--numa-binding " << to_string(*c.numa_binding) << ")\n";

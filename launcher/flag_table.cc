@@ -25,8 +25,8 @@ constexpr FlagSpec kFlags[] = {
     {K::kValue, "--start_method,--start-method", "START_METHOD", "spawn, fork or forkserver (all exec)",
      "spawn", false},
     {K::kValue, "--event_log_handler,--event-log-handler", "EVENT_LOG_HANDLER",
-     "torchrun's agent event handler: null, console or dynamic_rendezvous (accepted; ddprun does not print "
-     "events yet)",
+     "torchrun's agent event handler: null, console (one JSON line per event on stderr) or "
+     "dynamic_rendezvous",
      "null", false},
     {K::kValue, "--role", "ROLE", "User-defined role name of the workers", "default", false},
     {K::kSwitch, "-m,--module", "MODULE", "Run the script as a Python module (python -m)", "", false},
@@ -41,11 +41,11 @@ constexpr FlagSpec kFlags[] = {
     {K::kValue, "--local_ranks_filter,--local-ranks-filter", "LOCAL_RANKS_FILTER",
      "Console shows only these ranks", "", false},
     {K::kValue, "--duplicate_stdout_filters,--duplicate-stdout-filters", "DUPLICATE_STDOUT_FILTERS",
-     "torchrun: tee'd stdout lines containing one of these (comma-separated, ',,' = a comma) also go to "
-     "filtered_stdout.log (accepted; not written by ddprun yet)",
+     "Tee'd stdout lines containing one of these (comma-separated, ',,' = a comma) also go to "
+     "filtered_stdout.log in the attempt's log directory",
      "", false},
     {K::kValue, "--duplicate_stderr_filters,--duplicate-stderr-filters", "DUPLICATE_STDERR_FILTERS",
-     "Same for stderr and filtered_stderr.log (accepted; not written yet)", "", false},
+     "Same for stderr and filtered_stderr.log", "", false},
     {K::kValue, "--node_rank,--node-rank", "NODE_RANK", "Rank of this node (static rendezvous)", "0", false},
     {K::kValue, "--master_addr,--master-addr", "MASTER_ADDR", "Address of node 0 (static rendezvous)",
      "127.0.0.1", false},

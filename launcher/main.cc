@@ -113,9 +113,6 @@ int run_launcher(int argc, char** argv) {
     return parsed.exit_code;
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
-  // A dry run is not the agent that will run: its pid would mislead.
-  const std::string pid = config.dry_run ? "<pid>" : std::to_string(getpid());
-  context.host_and_pid = ddprun::launcher::host_and_pid(ddprun::local_hostname(), pid);
   context.temp_dir = temp_dir();
   // ddprun-launch: --local-rank=N or --local_rank=N, as the workers' torch spells it.
   if (config.local_rank_arg == "auto") {
@@ -129,7 +126,8 @@ int run_launcher(int argc, char** argv) {
   // Like torchrun, the agent's own messages go to stderr; stdout carries the workers' output only.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  const std::string tag = ddprun::launcher::node_tag(config, context.host_and_pid);
+  const std::string tag = ddprun::launcher::node_tag(
+      config, ddprun::launcher::host_and_pid(ddprun::local_hostname(), std::to_string(getpid())));
   spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
 
   std::error_code cwd_error;

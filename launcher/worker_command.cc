@@ -5,39 +5,12 @@
 #include <vector>
 
 #include "launcher/launch_config.h"
+#include "rendezvous/text_util.h"
 
 namespace ddprun::launcher {
 
 std::string substitute_local_rank(const std::string& arg, int local_rank) {
-  const std::string rank = std::to_string(local_rank);
-  auto ident_char = [](char ch, bool first) {
-    return ch == '_' || std::isalpha(static_cast<unsigned char>(ch)) ||
-           (!first && std::isdigit(static_cast<unsigned char>(ch)));
-  };
-  std::string out;
-  for (size_t i = 0; i < arg.size();) {
-    if (arg[i] != '$' || i + 1 == arg.size()) {
-      out += arg[i++];
-      continue;
-    }
-    if (arg[i + 1] == '$') {  // "$$" is an escaped "$"
-      out += '$';
-      i += 2;
-      continue;
-    }
-    bool braced = arg[i + 1] == '{';
-    size_t start = i + 1 + (braced ? 1 : 0), end = start;
-    while (end < arg.size() && ident_char(arg[end], end == start)) ++end;
-    std::string name = arg.substr(start, end - start);
-    bool closed = !braced || (end < arg.size() && arg[end] == '}');
-    if (name == "local_rank" && closed) {
-      out += rank;
-      i = end + (braced ? 1 : 0);
-    } else {
-      out += arg[i++];
-    }
-  }
-  return out;
+  return template_substitute(arg, {{"local_rank", std::to_string(local_rank)}});
 }
 
 size_t LaunchConfig::interpreter_args() const {

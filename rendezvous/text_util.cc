@@ -48,6 +48,39 @@ std::optional<uint64_t> parse_byte_size(std::string_view text) {
   return std::nullopt;
 }
 
+std::string template_substitute(std::string_view text, const std::map<std::string, std::string>& values) {
+  auto ident_char = [](char ch, bool first) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c < 0x80 && (ch == '_' || std::isalpha(c) || (!first && std::isdigit(c)));
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] != '$' || i + 1 == text.size()) {
+      out += text[i++];
+      continue;
+    }
+    if (text[i + 1] == '$') {  // "$$" is an escaped "$"
+      out += '$';
+      i += 2;
+      continue;
+    }
+    const bool braced = text[i + 1] == '{';
+    const size_t start = i + 1 + (braced ? 1 : 0);
+    size_t end = start;
+    while (end < text.size() && ident_char(text[end], end == start)) ++end;
+    const bool closed = !braced || (end < text.size() && text[end] == '}');
+    auto it =
+        end > start && closed ? values.find(std::string(text.substr(start, end - start))) : values.end();
+    if (it != values.end()) {
+      out += it->second;
+      i = end + (braced ? 1 : 0);
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 std::string local_hostname() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) return {};

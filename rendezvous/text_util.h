@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,11 @@ std::optional<long long> parse_int(std::string_view text);
 // "64K" / "64KiB" (x 1024), "256M" / "256MiB", "1G" / "1GiB". nullopt for anything else or a size that does
 // not fit 64 bits.
 std::optional<uint64_t> parse_byte_size(std::string_view text);
+// Python's string.Template(text).safe_substitute(values): "$name" and "${name}" (name: an ASCII letter or
+// '_', then letters, digits, '_'; the longest such run) become values[name] when it is there and stay as they
+// are otherwise; "$$" becomes "$"; any other '$' is kept. torchrun uses it for ${local_rank} in script
+// arguments and for TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+std::string template_substitute(std::string_view text, const std::map<std::string, std::string>& values);
 
 // gethostname(2) as given by the system (maybe a fully qualified name); "" when it fails.
 std::string local_hostname();

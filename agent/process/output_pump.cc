@@ -124,16 +124,23 @@ void OutputPump::consume(const char* data, size_t size) {
 void OutputPump::emit_lines(bool at_eof) {
   std::string batch, duplicates;
   size_t pos = 0;
-  auto add = [&](size_t len, bool add_newline) {
+  auto add = [&](size_t len, bool add_newline, bool complete) {
     const size_t piece = prefix_.size() + len + (add_newline ? 1 : 0);
     if (!batch.empty() && batch.size() + piece > PIPE_BUF) flush(batch);
     // The '\n' of a "\r\n" split across reads ends the line the '\r' already showed: no second prefix.
     const bool newline_after_cr = after_cr_ && len == 1 && pending_[pos] == '\n';
-    if (!newline_after_cr) batch += prefix_;
-    if (!newline_after_cr && duplicate_.active()) add_duplicate(pos, len, duplicates);
-    batch.append(pending_, pos, len);
+    if (!newline_after_cr && !mid_line_) batch += prefix_;
+    const std::string_view text(pending_.data() + pos, len);
+    if (!complete) {
+      line_shown_ += text;  // the line goes on: the duplicate filter judges it whole, later
+    } else if (!newline_after_cr && duplicate_.active()) {
+      add_duplicate(line_shown_.empty() ? std::string(text) : line_shown_ + std::string(text), duplicates);
+    }
+    if (complete) line_shown_.clear();
+    batch += text;
     if (add_newline) batch += '\n';
-    after_cr_ = !add_newline && pending_[pos + len - 1] == '\r';
+    after_cr_ = complete && !add_newline && text.back() == '\r';
+    mid_line_ = !complete;
     pos += len;
   };
   while (pos < pending_.size()) {
@@ -145,14 +152,23 @@ void OutputPump::emit_lines(bool at_eof) {
       ++end;
     }
     if (end != std::string::npos && end - pos <= kMaxLine) {
-      add(end + 1 - pos, false);
+      add(end + 1 - pos, false, true);
     } else if (pending_.size() - pos > kMaxLine) {
-      add(kMaxLine, true);
+      add(kMaxLine, true, true);
     } else if (at_eof) {
-      add(pending_.size() - pos, true);
+      add(pending_.size() - pos, true, true);
+    } else if (after_cr_ || mid_line_) {
+      // A redraw after a '\r' (tqdm writes "\r" + the bar, and nothing until the next update): shown now,
+      // not when the next update ends it, so the console is never one update behind.
+      add(pending_.size() - pos, false, false);
     } else {
       break;
     }
+  }
+  if (at_eof && mid_line_) {  // the stream ended in the middle of a redrawn line
+    batch += '\n';
+    mid_line_ = false;
+    line_shown_.clear();
   }
   flush(batch);
   flush_duplicates(duplicates);
@@ -164,8 +180,7 @@ void OutputPump::flush(std::string& batch) {
   batch.clear();
 }
 
-void OutputPump::add_duplicate(size_t pos, size_t len, std::string& batch) const {
-  std::string_view text(pending_.data() + pos, len);
+void OutputPump::add_duplicate(std::string_view text, std::string& batch) const {
   bool ended = false;  // torch reads the stream in text mode: "\r\n", "\r" and "\n" all end as "\n"
   if (text.ends_with("\r\n")) {
     text.remove_suffix(2);
@@ -195,7 +210,7 @@ void OutputPump::flush_duplicates(std::string& batch) const {
 void OutputPump::finish() {
   if (finished_) return;
   finished_ = true;
-  if (console_fd_ >= 0 && !pending_.empty()) emit_lines(true);
+  if (console_fd_ >= 0 && (!pending_.empty() || mid_line_)) emit_lines(true);
   file_.reset();
   boost::system::error_code ignored;
   pipe_.close(ignored);

@@ -2,8 +2,11 @@
 // io_context, and passes it on: every byte, unchanged, to a log file (tee), and whole lines, each with a
 // prefix, to a console fd. process_context.h says when a stream goes through a pump.
 //
-// A line ends at '\n' or at a '\r' (a progress bar that redraws itself, as tqdm does: shown live, each redraw
-// with the prefix; "\r\n" is one line end). Console lines are atomic: a write() never carries part of a line;
+// A line ends at '\n' or at a '\r' (a progress bar that redraws itself, as tqdm does: each redraw with the
+// prefix; "\r\n" is one line end). A redraw is shown live: what follows a '\r' is written as soon as it is
+// read, not when the next '\r' ends it (tqdm writes "\r" + the bar, then nothing until its next update), and
+// the rest of that line follows without a second prefix. Other console lines are atomic: a write() never
+// carries part of such a line;
 // consecutive whole lines are batched into one write() of at most PIPE_BUF bytes (a longer line gets a
 // write() of its own), so lines stay whole even against other processes writing to the same console pipe. A
 // line longer than 64 KiB is cut every 64 KiB (each piece ends in '\n' and gets the prefix); a last line
@@ -77,18 +80,20 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   // Writes the whole lines of pending_ to the console (all of it, '\n' added, when at_eof).
   void emit_lines(bool at_eof);
   void flush(std::string& batch);
-  // Adds the console line [pos, pos+len) of pending_ (its own line end included, if any) to `batch` when it
-  // matches the duplicate filter.
-  void add_duplicate(size_t pos, size_t len, std::string& batch) const;
+  // Adds one whole console line (its own line end included, if any) to `batch` when it matches the duplicate
+  // filter.
+  void add_duplicate(std::string_view line, std::string& batch) const;
   void flush_duplicates(std::string& batch) const;
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
   const int console_fd_;  // -1: none
   const std::string prefix_;
-  UniqueFd file_;          // -1: none
-  std::string pending_;    // the start of a line not yet complete
-  bool after_cr_ = false;  // the last console line ended with '\r'
+  UniqueFd file_;           // -1: none
+  std::string pending_;     // the start of a line not yet complete
+  bool after_cr_ = false;   // the last console line ended with '\r'
+  bool mid_line_ = false;   // the start of the current line (a redraw after '\r') is on the console already
+  std::string line_shown_;  // that start, for the duplicate filter, which judges whole lines
   const DuplicateFilter duplicate_;
   bool finished_ = false;
 };

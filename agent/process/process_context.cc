@@ -119,9 +119,9 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
   if (w.argv.empty()) throw std::invalid_argument(who + ": empty argv");
   const std::string exe = find_program(w.argv[0], w.env, who);
   // A duplicate filter needs the stream's lines: through a pipe, like whole_lines.
-  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.prefix,
+  StreamSetup out = setup_stream(w.stdout_file, w.console_stdout, w.stdout_prefix,
                                  w.whole_lines || w.stdout_duplicate.active(), who);
-  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.prefix,
+  StreamSetup err = setup_stream(w.stderr_file, w.console_stderr, w.stderr_prefix,
                                  w.whole_lines || w.stderr_duplicate.active(), who);
   const UniqueFd in = open_stdin(w.stdin_mode, who);
 
@@ -163,8 +163,8 @@ pid_t ProcessContext::Impl::spawn(const WorkerLaunch& w) {
     if (s->pipe_read.get() < 0) continue;
     const int console_fd = s == &out ? STDOUT_FILENO : STDERR_FILENO;
     worker->pumps.push_back(std::make_shared<OutputPump>(
-        io_, std::move(s->pipe_read), console_fd, w.prefix, std::move(s->tee_file),
-        s == &out ? w.stdout_duplicate : w.stderr_duplicate));
+        io_, std::move(s->pipe_read), console_fd, s == &out ? w.stdout_prefix : w.stderr_prefix,
+        std::move(s->tee_file), s == &out ? w.stdout_duplicate : w.stderr_duplicate));
     worker->pumps.back()->start();
   }
   workers_[pid] = worker;

@@ -44,7 +44,8 @@ struct WorkerLaunch {
   std::map<std::string, std::string> env;             // the COMPLETE environment of the child
   std::filesystem::path stdout_file, stderr_file;     // empty = not written to a file
   bool console_stdout = true, console_stderr = true;  // show on the agent's fd 1 / fd 2 (tee with a file)
-  std::string prefix;  // e.g. "[default0]:" before every console line; "" = none
+  // Before every console line of the stream, e.g. "[default0]:"; "" = none.
+  std::string stdout_prefix, stderr_prefix;
   // Pass console output through the agent even without a prefix or a file, so that the lines of several
   // workers sharing the console never interleave.
   bool whole_lines = false;

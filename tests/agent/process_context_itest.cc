@@ -416,7 +416,7 @@ TEST_CASE("tee: whole prefixed lines on the console, raw bytes in the file, all 
     for (int i = 0; i < kWorkers; ++i) {
       WorkerLaunch w = worker(i, {"--print-lines", std::to_string(kLines), "--tag", tag(i), "--line-bytes",
                                   std::to_string(line_bytes(i))});
-      w.prefix = prefix(i);
+      w.stdout_prefix = prefix(i);
       w.stdout_file = dir / ("out" + std::to_string(i));
       ctx.spawn(w);
     }
@@ -462,7 +462,7 @@ TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is 
     CaptureFd capture(STDERR_FILENO, dir / "console");
     WorkerLaunch w = worker(
         0, {"--print-lines", "2", "--line-bytes", std::to_string(kBytes), "--stderr", "--no-final-newline"});
-    w.prefix = "[x0]:";
+    w.stderr_prefix = "[x0]:";
     w.stderr_file = dir / "err.log";
     ctx.spawn(w);
     finished = run_until(io, [&] { return exits.status.size() == 1; });
@@ -478,8 +478,13 @@ TEST_CASE("long console lines are cut at 64 KiB; a last line without newline is 
   CHECK(read_file(dir / "console") == expected);
 }
 
-TEST_CASE("a progress bar redrawn with carriage returns reaches the console as it goes, each redraw prefixed",
-          "[process_context]") {
+namespace {
+
+// What the console shows of a worker that runs `shell` (a progress bar: it prints, then waits for the file
+// $GO, then ends) through a pump with `prefix`: {while it waited, once it ended}. `until` is the text that
+// shows the bar's last redraw arrived.
+std::pair<std::string, std::string> redraws(const std::string& shell, const std::string& prefix,
+                                            const std::string& until) {
   TempDir dir;
   asio::io_context io;
   Exits exits;
@@ -490,26 +495,51 @@ TEST_CASE("a progress bar redrawn with carriage returns reaches the console as i
   {
     CaptureFd capture(STDOUT_FILENO, dir / "console");
     WorkerLaunch w;
-    // Two redraws, then it waits (still running) until the test saw them; then it ends the bar's line with
-    // a '\n' of its own, and one more line ending in "\r\n".
-    w.argv = {"/bin/sh", "-c",
-              "printf '10%%\\r'; sleep 0.2; printf '20%%\\r'; while [ ! -e '" + marker.string() +
-                  "' ]; do sleep 0.05; done; printf '\\n'; printf 'done\\r\\n'"};
-    w.env = {{"PATH", "/usr/bin:/bin"}};
-    w.prefix = "[p0]:";
-    w.whole_lines = true;
+    w.argv = {"/bin/sh", "-c", shell};
+    w.env = {{"PATH", "/usr/bin:/bin"}, {"GO", marker.string()}};
+    w.stdout_prefix = prefix;
+    w.whole_lines = true;  // two workers would share the console: the lines go through the agent
     ctx.spawn(w);
     const bool seen = run_until(io, [&] {
       live = read_file(dir / "console");
-      return live.find("20%\r") != std::string::npos;
+      return live.find(until) != std::string::npos;
     });
     std::ofstream(marker).put('x');
     CHECK(seen);
     finished = run_until(io, [&] { return exits.status.size() == 1; });
   }
   REQUIRE(finished);
+  return {live, read_file(dir / "console")};
+}
+
+constexpr const char* kWaitForGo = "while [ ! -e \"$GO\" ]; do sleep 0.05; done; ";
+
+}  // namespace
+
+TEST_CASE("a progress bar redrawn with carriage returns reaches the console as it goes, each redraw prefixed",
+          "[process_context]") {
+  // Two redraws, then it waits (still running) until the test saw them; then it ends the bar's line with a
+  // '\n' of its own, and one more line ending in "\r\n".
+  auto [live, all] = redraws(std::string("printf '10%%\\r'; sleep 0.2; printf '20%%\\r'; ") + kWaitForGo +
+                                 "printf '\\n'; printf 'done\\r\\n'",
+                             "[p0]:", "20%\r");
   CHECK(live == "[p0]:10%\r[p0]:20%\r");  // while the worker still ran
-  CHECK(read_file(dir / "console") == "[p0]:10%\r[p0]:20%\r\n[p0]:done\r\n");
+  CHECK(all == "[p0]:10%\r[p0]:20%\r\n[p0]:done\r\n");
+}
+
+TEST_CASE("a tqdm bar (a carriage return, then the bar until the next update) is shown at once",
+          "[process_context]") {
+  for (const std::string prefix : {"", "[p0]:"}) {
+    INFO("prefix '" << prefix << "'");
+    // tqdm's way: every update is "\r" + the bar; the last one is ended by "\n" when the bar closes.
+    auto [live, all] = redraws(std::string("printf '\\r10%%'; sleep 0.2; printf '\\r20%%'; ") + kWaitForGo +
+                                   "printf '\\n'; printf 'done\\n'",
+                               prefix, "20%");
+    // The second update is on the console while the worker still runs (not one update late); a redraw gets
+    // the prefix once.
+    CHECK(live == prefix + "\r" + prefix + "10%\r" + prefix + "20%");
+    CHECK(all == live + "\n" + prefix + "done\n");
+  }
 }
 
 TEST_CASE("stdout/stderr wiring: file itself, inherited fd, pipe, /dev/null", "[process_context]") {
@@ -525,7 +555,7 @@ TEST_CASE("stdout/stderr wiring: file itself, inherited fd, pipe, /dev/null", "[
   direct.console_stderr = false;
   WorkerLaunch inherit = worker(1, {"--pidfile", ready.path().string(), "--hang"});
   WorkerLaunch piped = worker(2, {"--pidfile", ready.path().string(), "--hang"});
-  piped.prefix = "[p2]:";
+  piped.stdout_prefix = piped.stderr_prefix = "[p2]:";
   const int leaky_fd = ::open((dir / "leak").c_str(), O_WRONLY | O_CREAT, 0600);  // no O_CLOEXEC
   const pid_t p0 = ctx.spawn(direct), p1 = ctx.spawn(inherit), p2 = ctx.spawn(piped);
   ::close(leaky_fd);
@@ -677,7 +707,8 @@ TEST_CASE("a released script's uncaught exception: Python's report without the s
   CHECK(exits.status[0] == ExitStatus{1, 0});
   const std::string err = read_file(s.dir / "err.log");
   INFO(err);
-  CHECK(err.rfind("modelled False None\nTraceback (most recent call last):\n  File \"" + s.script.string(), 0) == 0);
+  CHECK(err.rfind("modelled False None\nTraceback (most recent call last):\n  File \"" + s.script.string(),
+                  0) == 0);
   CHECK(err.find("in fail\n") != std::string::npos);
   CHECK(err.find("ValueError: boom 3\n") != std::string::npos);
   CHECK(err.find("ddprun_prestart.py") == std::string::npos);

@@ -20,13 +20,12 @@ AgentConfig two_workers() {
   for (auto& w : c.workers) w.argv = {"python3", "train.py", "--lr", "0.1"};
   c.workers[0].output.stdout_to_file = true;
   c.workers[0].output.stdout_to_console = false;
-  c.workers[0].output.prefix_console = true;
+  c.workers[0].output.prefix_stderr = true;
   c.workers[1].output.stderr_to_file = true;
   c.workers[1].output.stderr_to_console = false;
   c.base_env = {{"HOME", "/home/u"}};
   c.set_omp_threads = true;
   c.supervision.max_restarts = 3;
-  c.node_tag = "n1";
   return c;
 }
 
@@ -78,30 +77,32 @@ TEST_CASE("worker_launches: one launch per local rank with its ranks and the rou
     CHECK(w.env.at("HOME") == "/home/u");
     CHECK(w.whole_lines);  // two workers share the console
   }
-  // Rank 0: stdout to its file only, console lines prefixed with the node tag.
+  // Rank 0: stdout to its file only, stderr tee'd: its console lines prefixed as torch's TailLog does.
   CHECK(ws[0].stdout_file == p[0].stdout_file);
   CHECK(ws[0].stderr_file.empty());  // torchrun's files only: no stderr.log unless -r/-t ask for it
   CHECK_FALSE(ws[0].console_stdout);
   CHECK(ws[0].console_stderr);
-  CHECK(ws[0].prefix == "[n1:trainer0]:");
+  CHECK(ws[0].stderr_prefix == "[trainer0]:");
+  CHECK(ws[0].stdout_prefix.empty());
   // Rank 1: stdout to the console only, no prefix, stderr only to its file.
   CHECK(ws[1].stdout_file.empty());
   CHECK(ws[1].stderr_file == p[1].stderr_file);
   CHECK(ws[1].console_stdout);
   CHECK_FALSE(ws[1].console_stderr);
-  CHECK(ws[1].prefix.empty());
+  CHECK(ws[1].stdout_prefix.empty());
+  CHECK(ws[1].stderr_prefix.empty());
 }
 
-TEST_CASE("worker_launches: a single worker, no node tag", "[worker_launches]") {
+TEST_CASE("worker_launches: a single worker", "[worker_launches]") {
   AgentConfig c;
   c.workers = {{.argv = {"/bin/true"}}};
-  c.workers[0].output.prefix_console = true;
+  c.workers[0].output.prefix_stdout = true;
   ddprun::rdzv::RendezvousInfo info;  // round 0 of a one-node job
   info.store_host = "127.0.0.1";
   info.store_port = 1234;
   auto ws = worker_launches(c, info, paths(1), "none");
   REQUIRE(ws.size() == 1);
-  CHECK(ws[0].prefix == "[default0]:");
+  CHECK(ws[0].stdout_prefix == "[default0]:");
   CHECK_FALSE(ws[0].whole_lines);  // alone on the console: lines pass through as they come
   CHECK(ws[0].env.at("TORCHELASTIC_RESTART_COUNT") == "0");
   CHECK(ws[0].env.at("WORLD_SIZE") == "1");
@@ -172,4 +173,21 @@ TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each l
     CHECK(ws[0].cpu_affinity == std::vector<int>{0, 1});
     CHECK(ws[1].cpu_affinity == std::vector<int>{2, 3});
   }
+}
+
+TEST_CASE("worker_launches: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE names the tee'd lines",
+          "[worker_launches]") {
+  AgentConfig c = two_workers();
+  c.workers[1].output.prefix_stdout = true;
+  c.log_line_prefix_template = "[${role_name}-r${rank}-l$local_rank $$ ${other}]";
+  c.duplicate_stdout_filters = {"x"};
+  c.workers[1].output.stdout_to_file = true;
+  auto ws = worker_launches(c, node_1_round_2(), paths(2), "job-42");
+  // torch's Template.safe_substitute with role_name, the global rank and the local rank.
+  CHECK(ws[0].stderr_prefix == "[trainer-r4-l0 $ ${other}]");
+  CHECK(ws[1].stdout_prefix == "[trainer-r5-l1 $ ${other}]");
+  CHECK(ws[1].stdout_duplicate.prefix == ws[1].stdout_prefix);  // torch's filtered tail uses the same header
+  CHECK(console_prefix(c, 3, 7) == "[trainer-r7-l3 $ ${other}]");
+  c.log_line_prefix_template.clear();
+  CHECK(console_prefix(c, 3, 7) == "[trainer3]:");
 }

@@ -27,7 +27,7 @@ LaunchConfig parse(const Args& args, const std::map<std::string, std::string>& e
 }
 
 LauncherContext context() {
-  return {.env = {{"PATH", "/usr/bin"}, {"HOME", "/root"}}, .host_and_pid = "h7:<pid>", .temp_dir = "/tmp/x"};
+  return {.env = {{"PATH", "/usr/bin"}, {"HOME", "/root"}}, .temp_dir = "/tmp/x"};
 }
 
 std::string plan_text(const Args& args) {
@@ -97,7 +97,7 @@ TEST_CASE("dry run: stdout and stderr routing comes from the worker launches", "
     INFO(text);
     CHECK_THAT(worker_block(text, 0),
                Catch::Contains("  stdout: file /l/none_XXXXXXXX/attempt_0/0/stdout.log\n"
-                               "  stderr: console (prefix [default0]:)\n"));  // torchrun writes no stderr.log
+                               "  stderr: console\n"));  // not tee'd: no prefix, no stderr.log (torchrun's)
     CHECK_THAT(worker_block(text, 1),
                Catch::Contains("  stdout: discarded (--local_ranks_filter)\n"
                                "  stderr: file /l/none_XXXXXXXX/attempt_0/1/stderr.log\n"));
@@ -118,7 +118,7 @@ TEST_CASE("dry run: c10d leaves ranks, world size and the workers' store to the 
              Catch::Contains("  nodes:      1 to 4 (--nnodes 1:4); node rank, global ranks and world size "
                              "decided at the rendezvous\n"));
   CHECK_THAT(text, Catch::Contains("worker local_rank 1 (rank decided at the rendezvous):\n"));
-  CHECK_THAT(text, Catch::Contains("  stdout: console (prefix [h7:<pid>:default1]:) + file"));
+  CHECK_THAT(text, Catch::Contains("  stdout: console (prefix [default1]:) + file"));  // torch's, no node tag
   for (const char* name : {"RANK", "ROLE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE",
                            "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
     CHECK_THAT(text, Catch::Contains(std::string("\n    ") + name + "=<decided at the rendezvous>\n"));
@@ -135,7 +135,7 @@ TEST_CASE("dry run: static node 1 of 2 knows its group but not the other node's 
   CHECK_THAT(text, Catch::Contains("node_rank 1 of 2 (--nnodes 2), world size decided at the rendezvous "
                                    "(4 if every node runs 2 workers)\n"));
   CHECK_THAT(text, Catch::Contains("worker local_rank 0 (rank decided at the rendezvous):\n"));
-  CHECK_THAT(text, Catch::Contains("  stdout: console (prefix [n1:default0]:)\n"));
+  CHECK_THAT(text, Catch::Contains("  stdout: console\n"));  // as torchrun: no prefix without --tee
   CHECK_THAT(text, Catch::Contains("    GROUP_RANK=1\n    GROUP_WORLD_SIZE=2\n"));
   CHECK_THAT(text, Catch::Contains("    MASTER_ADDR=10.0.0.1\n    MASTER_PORT=29500\n"));
   CHECK_THAT(text, Catch::Contains("    WORLD_SIZE=<decided at the rendezvous>\n"));
@@ -176,7 +176,8 @@ TEST_CASE("agent config: node tags, log directory and omp threads", "[launcher][
   CHECK(a.workers[1].argv == Args{"python3", "-u", "t.py"});
   CHECK(a.workers[1].output.stdout_to_file);
   CHECK(a.workers[1].output.stdout_to_console);
-  CHECK(a.workers[1].output.prefix_console);
+  CHECK(a.workers[1].output.prefix_stdout);
+  CHECK_FALSE(a.workers[1].output.prefix_stderr);  // torch prefixes the tee'd streams only
   CHECK_FALSE(a.workers[1].output.stderr_to_file);
   CHECK(agent_config(parse({"t.py"}), context()).log_dir.empty());
   LauncherContext omp = context();
