@@ -58,6 +58,8 @@ struct AgentConfig {
   std::vector<WorkerSpec> workers;  // index = local rank; its size is the local world size
   Env base_env;                     // inherited by every worker
   bool set_omp_threads = false;
+  // Set to "1" for the workers when unset: the name their torch reads (worker_env).
+  std::string nccl_async_error_handling_var = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
   bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
   SupervisionPolicy supervision;
   std::vector<int> signals_to_handle;

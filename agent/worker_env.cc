@@ -26,8 +26,7 @@ Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round
   put("TORCHELASTIC_RUN_ID", round.run_id);
   put("TORCHELASTIC_USE_AGENT_STORE", round.use_agent_store ? "True" : "False");
   if (!round.error_file.empty()) put("TORCHELASTIC_ERROR_FILE", round.error_file);
-  env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  env.try_emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
+  env.try_emplace(round.nccl_async_error_handling_var, "1");
   if (set_omp_threads) env.try_emplace("OMP_NUM_THREADS", "1");
   return env;
 }

@@ -32,11 +32,14 @@ struct RoundEnv {
   std::string run_id = "none";
   bool use_agent_store = true;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE ("" = not set)
+  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING (and warns about the old name), torch < 2.2
+  // NCCL_ASYNC_ERROR_HANDLING; torchrun sets its own torch's to "1" when unset.
+  std::string nccl_async_error_handling_var = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 };
 
 // `base` is the agent's environment. OMP_NUM_THREADS=1 is added when `set_omp_threads` (the caller decides:
-// unset in base and more than one local worker) ; TORCH_NCCL_ASYNC_ERROR_HANDLING and
-// NCCL_ASYNC_ERROR_HANDLING default to "1" when unset.
+// unset in base and more than one local worker); round.nccl_async_error_handling_var defaults to "1" when
+// unset.
 Env worker_env(const Env& base, const WorkerIdentity& who, const RoundEnv& round, bool set_omp_threads);
 
 // torchrun's --virtual-local-rank: the device worker `local_rank` sees as its only one. With

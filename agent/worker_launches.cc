@@ -59,7 +59,8 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
                  .max_restarts = config.supervision.max_restarts,
                  .run_id = run_id,
                  .use_agent_store = true,
-                 .error_file = p.error_file.string()};
+                 .error_file = p.error_file.string(),
+                 .nccl_async_error_handling_var = config.nccl_async_error_handling_var};
     WorkerLaunch w;
     w.local_rank = lr;
     w.argv = config.workers[static_cast<size_t>(lr)].argv;

@@ -47,6 +47,7 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.script_name = c.training_script;
   a.base_env = context.env;
   a.set_omp_threads = c.nproc_per_node > 1 && !a.base_env.count("OMP_NUM_THREADS");
+  a.nccl_async_error_handling_var = context.nccl_async_error_handling_var;
   a.virtual_local_rank = c.virtual_local_rank;
   a.supervision.max_restarts = c.max_restarts;
   a.supervision.shutdown_grace = millis(c.shutdown_timeout);

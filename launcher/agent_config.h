@@ -17,6 +17,8 @@ namespace ddprun::launcher {
 struct LauncherContext {
   agent::Env env;                  // the launcher's environment: every worker inherits it
   std::filesystem::path temp_dir;  // for the log files -r/-t ask for when --log_dir is not given
+  // The NCCL variable the workers' torch reads, set to 1 when unset (launcher/torch_version.h).
+  std::string nccl_async_error_handling_var = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 };
 
 // "<host name up to its first '.'>:<pid>": "node7:1234" for "node7.cluster" and "1234".

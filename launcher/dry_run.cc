@@ -32,7 +32,7 @@ rdzv::RendezvousInfo first_round(const LaunchConfig& c) {
       rdzv::rank_layout(std::vector<int>(info.group_world_size, c.nproc_per_node));
   info.base_rank = layout.base_ranks[static_cast<size_t>(info.group_rank)];
   info.world_size = layout.world_size;
-  info.store_host = c.rdzv_endpoint.host;
+  info.store_host = c.rdzv_kind == RendezvousKind::kStandalone ? kStandaloneMasterAddr : c.rdzv_endpoint.host;
   info.store_port = c.rdzv_endpoint.port;
   return info;
 }

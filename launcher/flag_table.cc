@@ -71,6 +71,10 @@ constexpr FlagSpec kFlags[] = {
      "256M", false},
     {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
      "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
+    {K::kValue, "--exit_codes,--exit-codes", "EXIT_CODES",
+     "ddprun (a failing worker's own code, 128+N for signal N, 2-6 and 75 for ddprun's own ends; "
+     "docs/kubernetes.md) or torchrun (1 for every failure)",
+     "ddprun", false},
     {K::kSwitch, "--prestart", "PRESTART",
      "Keep the next generation of Python workers started, torch imported, so a restart skips the "
      "interpreter's "

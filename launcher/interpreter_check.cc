@@ -74,18 +74,6 @@ uint64_t fnv1a(const std::string& text) {
   return h;
 }
 
-std::string cache_file(const std::map<std::string, std::string>& env) {
-  auto xdg = env.find("XDG_CACHE_HOME");
-  if (xdg != env.end() && !xdg->second.empty() && xdg->second.front() == '/') {
-    return xdg->second + "/ddprun/interpreters-ok";
-  }
-  auto home = env.find("HOME");
-  if (home != env.end() && !home->second.empty() && home->second.front() == '/') {
-    return home->second + "/.cache/ddprun/interpreters-ok";
-  }
-  return "";
-}
-
 bool cached(const std::string& file, const std::string& key) {
   std::ifstream in(file);
   for (std::string line; std::getline(in, line);) {
@@ -94,16 +82,28 @@ bool cached(const std::string& file, const std::string& key) {
   return false;
 }
 
-// Appends the key; past kCacheRewriteAt bytes the file is rewritten (a temporary file renamed over it) with
-// its newest kCacheKeep lines. Failures are ignored: the cache only saves time.
-void remember(const std::string& file, const std::string& key) {
+}  // namespace
+
+std::string cache_file(const std::map<std::string, std::string>& env, const std::string& name) {
+  auto xdg = env.find("XDG_CACHE_HOME");
+  if (xdg != env.end() && !xdg->second.empty() && xdg->second.front() == '/') {
+    return xdg->second + "/ddprun/" + name;
+  }
+  auto home = env.find("HOME");
+  if (home != env.end() && !home->second.empty() && home->second.front() == '/') {
+    return home->second + "/.cache/ddprun/" + name;
+  }
+  return "";
+}
+
+void remember(const std::string& file, const std::string& line_text) {
   const std::string dir = file.substr(0, file.rfind('/'));
   const std::string parent = dir.substr(0, dir.rfind('/'));
   ::mkdir(parent.c_str(), 0700);  // <cache> (HOME/.cache may not exist yet)
   ::mkdir(dir.c_str(), 0700);
   Fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
   if (fd.fd < 0) return;
-  const std::string line = key + "\n";
+  const std::string line = line_text + "\n";
   if (::write(fd.fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return;
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0 || st.st_size < kCacheRewriteAt) return;
@@ -126,9 +126,7 @@ void remember(const std::string& file, const std::string& key) {
   if (::rename(tmp.c_str(), file.c_str()) != 0) ::unlink(tmp.c_str());
 }
 
-// Runs `exe -S -c ''`; fills `err` with its stderr. Returns the wait status, or -1 when it outlived the
-// deadline (killed and reaped), or -2 - errno when it could not be spawned.
-int run_interpreter(const InterpreterCheck& c, std::string& err) {
+int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& args, std::string& err) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -2 - errno;
   Fd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
@@ -139,8 +137,11 @@ int run_interpreter(const InterpreterCheck& c, std::string& err) {
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string a0 = c.exe, a1 = "-S", a2 = "-c", a3;
-  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  std::vector<std::string> arg_strings{c.exe};
+  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : arg_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -157,7 +158,7 @@ int run_interpreter(const InterpreterCheck& c, std::string& err) {
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int spawn_error = ::posix_spawn(&pid, c.exe.c_str(), &actions, &attr, argv, envp.data());
+  const int spawn_error = ::posix_spawn(&pid, c.exe.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (spawn_error != 0) return -2 - spawn_error;
@@ -213,8 +214,6 @@ int run_interpreter(const InterpreterCheck& c, std::string& err) {
   return status;
 }
 
-}  // namespace
-
 std::string interpreter_cache_key(const InterpreterCheck& c) {
   struct stat st {};
   if (::stat(c.exe.c_str(), &st) != 0) return "";
@@ -236,12 +235,12 @@ std::string interpreter_cache_key(const InterpreterCheck& c) {
 }
 
 std::optional<std::string> interpreter_problem(const InterpreterCheck& c) {
-  const std::string file = c.use_cache ? cache_file(c.env) : "";
+  const std::string file = c.use_cache ? cache_file(c.env, "interpreters-ok") : "";
   const std::string key = file.empty() ? "" : interpreter_cache_key(c);
   if (!key.empty() && cached(file, key)) return std::nullopt;
 
   std::string err;
-  const int status = run_interpreter(c, err);
+  const int status = run_interpreter(c, {"-S", "-c", ""}, err);
   const std::string what =
       "ddprun: the interpreter '" + c.shown + "'" + (c.shown == c.exe ? "" : " (" + c.exe + ")");
   const std::string advice = "; fix it, or give another with --python PATH (or DDPRUN_PYTHON)";

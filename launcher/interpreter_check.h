@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddprun::launcher {
 
@@ -46,8 +47,21 @@ struct InterpreterCheck {
 // do.
 std::optional<std::string> interpreter_problem(const InterpreterCheck& check);
 
-// The cache key of a check (a 16-digit hex hash), "" when the interpreter's file cannot be stat'ed. Exposed
-// for tests.
+// Runs `check.exe args...` with check.env, stdin and stdout on /dev/null, and fills `err` with its stderr (64
+// KiB at most). Returns the wait status, or -1 when it outlived check.deadline (killed and reaped), or
+// -2 - errno when it could not be spawned.
+int run_interpreter(const InterpreterCheck& check, const std::vector<std::string>& args, std::string& err);
+
+// The cache key of a check (a 16-digit hex hash), "" when the interpreter's file cannot be stat'ed. Also the
+// key of launcher/torch_version.h's answers.
 std::string interpreter_cache_key(const InterpreterCheck& check);
+
+// The launcher's cache file `name`: <cache>/ddprun/<name> (<cache>: env's XDG_CACHE_HOME, else HOME/.cache;
+// absolute paths only), "" when there is none.
+std::string cache_file(const std::map<std::string, std::string>& env, const std::string& name);
+
+// Appends `line` to the cache file (creating its directories); past 32 KiB the file is rewritten (a temporary
+// file renamed over it) with its newest 256 lines. Failures are ignored: the cache only saves time.
+void remember(const std::string& file, const std::string& line);
 
 }  // namespace ddprun::launcher

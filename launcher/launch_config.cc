@@ -223,6 +223,8 @@ class Parser {
     const auto conf = parse_rdzv_conf(get("--rdzv_conf"));
     c.rdzv_timings = rdzv_timings(conf);
     if (auto it = conf.find("is_host"); it != conf.end()) c.is_host = it->second == "true";
+      // torchrun: rdzv_id = str(uuid.uuid4()), even over a given --rdzv_id; ddprun keeps one given.
+      c.random_run_id = !given("--rdzv_id");
     if (auto it = conf.find("failover"); it != conf.end()) c.store_failover = it->second == "true";
   }
 
@@ -319,6 +321,7 @@ class Parser {
     if (off) return;
     const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
     if (forced && standalone) throw UsageError("ddprun: --slurm and --standalone cannot be used together");
+    c.torchrun_exit_codes = one_of(get("--exit_codes"), {"ddprun", "torchrun"}) == "torchrun";
     if (!forced) {
       if (!slurm_detected(env_) || standalone) return;
       for (const char* f : {"--nnodes", "--node_rank", "--master_addr", "--master_port", "--rdzv_endpoint"}) {

@@ -54,6 +54,10 @@ enum class RendezvousKind { kStatic, kC10d, kStandalone };
 // torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
 
+// --standalone: the workers' MASTER_ADDR, torchrun's (its standalone rendezvous endpoint is localhost:0); the
+// store itself listens on 127.0.0.1.
+inline constexpr const char* kStandaloneMasterAddr = "localhost";
+
 struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
   int nproc_per_node = 1;                              // resolved number
@@ -68,6 +72,9 @@ struct LaunchConfig {
   // serve the job (its host was lost and the job moved: rendezvous/store_failover.h).
   std::vector<rdzv::Endpoint> rdzv_fallbacks;
   std::string rdzv_id = "none";
+  // --standalone without --rdzv_id: the run id is a fresh UUID (torchrun's uuid4), made when the launcher
+  // starts (rdzv_id is "none" until then). torchrun replaces a given --rdzv_id too; ddprun keeps it.
+  bool random_run_id = false;
   // --rdzv_conf (keys: launcher/flag_values.h): the timings, torchrun's defaults and aliases resolved, and
   // is_host (nullopt: c10d hosts the store when the endpoint is an address of this machine).
   RdzvTimings rdzv_timings;
@@ -95,6 +102,9 @@ struct LaunchConfig {
   std::vector<int> signals_to_handle;
   double shutdown_timeout = 30;       // seconds, grace between forwarded signal and SIGKILL
   double exit_barrier_timeout = 300;  // seconds (flag --exit_barrier_timeout, ddprun extension)
+  // --exit_codes torchrun (ddprun extension): every failure exits 1, as torchrun's (usage errors stay 2);
+  // default "ddprun": the codes of docs/cli.md.
+  bool torchrun_exit_codes = false;
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
   // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
   // (--store_memory_budget, ddprun extension; rendezvous/store_server.h's memory_budget).

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <random>
 
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
@@ -28,6 +29,7 @@
 #include "launcher/launch_config.h"
 #include "launcher/preflight.h"
 #include "launcher/slurm_port.h"
+#include "launcher/torch_version.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/text_util.h"
@@ -68,7 +70,10 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
   o.master_addr = c.rdzv_endpoint.host;
   o.master_port = c.rdzv_endpoint.port;
   o.host_store = o.node_rank == 0;
-  if (standalone) o.bind_host = c.rdzv_endpoint.host;
+  if (standalone) {
+    o.bind_host = c.rdzv_endpoint.host;
+    o.advertised_addr = ddprun::launcher::kStandaloneMasterAddr;
+  }
   o.store_memory_budget = c.store_memory_budget;
   o.join_timeout = millis(t.join_timeout);
   o.connect_timeout = o.join_timeout;
@@ -101,11 +106,49 @@ std::filesystem::path temp_dir() {
   return ec ? std::filesystem::path("/tmp") : dir;
 }
 
-// The whole launcher; main() only guards it.
+// What --dry-run shows for --standalone's run id (a UUID made at start).
+constexpr const char* kRandomRunIdShown = "XXXXXXXX-XXXX-4XXX-XXXX-XXXXXXXXXXXX";
+
+// A random (version 4) UUID, as Python's str(uuid.uuid4()): torchrun's --standalone run id.
+std::string random_uuid4() {
+  std::random_device random;
+  unsigned char bytes[16];
+  for (auto& b : bytes) b = static_cast<unsigned char>(random() & 0xff);
+  bytes[6] = static_cast<unsigned char>((bytes[6] & 0x0f) | 0x40);  // version 4
+  bytes[8] = static_cast<unsigned char>((bytes[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    static const char kHex[] = "0123456789abcdef";
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+// What depends on the workers' torch (launcher/torch_version.h): ddprun-launch's --local-rank=N or
+// --local_rank=N, and the NCCL variable torchrun sets.
+void ask_workers_torch(LaunchConfig& config, ddprun::launcher::LauncherContext& context,
+                       const std::string& cwd) {
+  const auto torch = ddprun::launcher::probe_torch_version(config.python, context.env, cwd);
+  if (config.local_rank_arg == "auto") config.local_rank_arg = ddprun::launcher::local_rank_arg(torch);
+  context.nccl_async_error_handling_var = ddprun::launcher::nccl_async_error_handling_var(torch);
+}
+
+// The whole launcher; main() only guards it. Returns ddprun's exit code (docs/cli.md).
+int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::LauncherContext& context);
+
+// --exit_codes torchrun: torchrun exits 1 on every failure (usage errors stay 2, as argparse's).
 int run_launcher(int argc, char** argv) {
   LaunchConfig config;
-  std::vector<std::string> args(argv, argv + argc);
   ddprun::launcher::LauncherContext context{.env = ddprun::agent::current_environment()};
+  const int code = launch(argc, argv, config, context);
+  const bool failure = code != ddprun::agent::kExitSuccess && code != ddprun::agent::kExitUsage;
+  return config.torchrun_exit_codes && failure ? 1 : code;
+}
+
+int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::LauncherContext& context) {
+  std::vector<std::string> args(argv, argv + argc);
   auto parsed = ddprun::launcher::parse_launch_config(args, context.env, {}, config);
   if (parsed.should_exit) {
     (parsed.exit_code == 0 ? std::cout : std::cerr)
@@ -114,11 +157,12 @@ int run_launcher(int argc, char** argv) {
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
   context.temp_dir = temp_dir();
-  // ddprun-launch: --local-rank=N or --local_rank=N, as the workers' torch spells it.
-  if (config.local_rank_arg == "auto") {
-    config.local_rank_arg = ddprun::launcher::torch_local_rank_arg(config.python, context.env);
-  }
+  std::error_code cwd_error;
+  const auto cwd_path = std::filesystem::current_path(cwd_error);
+  const std::string cwd = cwd_error ? "." : cwd_path.string();
+  if (config.random_run_id) config.rdzv_id = config.dry_run ? kRandomRunIdShown : random_uuid4();
   if (config.dry_run) {
+    ask_workers_torch(config, context, cwd);
     std::cout << ddprun::launcher::dry_run(config, context);
     return 0;
   }
@@ -130,17 +174,9 @@ int run_launcher(int argc, char** argv) {
       config, ddprun::launcher::host_and_pid(ddprun::local_hostname(), std::to_string(getpid())));
   spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
 
-  std::error_code cwd_error;
-  const auto cwd = std::filesystem::current_path(cwd_error);
-  const auto problems = ddprun::launcher::preflight(config, context.env, cwd_error ? "." : cwd.string());
+  const auto problems = ddprun::launcher::preflight(config, context.env, cwd);
   for (const std::string& problem : problems) std::cerr << problem << "\n";
   if (!problems.empty()) return ddprun::agent::kExitUsage;
-
-  auto agent_cfg = ddprun::launcher::agent_config(config, context);
-  if (agent_cfg.set_omp_threads) {
-    std::cerr << "ddprun: setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it "
-                 "yourself to tune\n";
-  }
 
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> rdzv;
   try {
@@ -157,6 +193,13 @@ int run_launcher(int argc, char** argv) {
   } catch (const ddprun::rdzv::StoreError& e) {  // Slurm store probing (slurm_port.h), a bad endpoint
     spdlog::error("{}", e.what());
     return ddprun::agent::kExitRendezvousFailed;
+  }
+  // After the store's bind: a busy port starts no interpreter (launcher/preflight.h).
+  ask_workers_torch(config, context, cwd);
+  auto agent_cfg = ddprun::launcher::agent_config(config, context);
+  if (agent_cfg.set_omp_threads) {
+    std::cerr << "ddprun: setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it "
+                 "yourself to tune\n";
   }
   ddprun::agent::ElasticAgent agent(std::move(agent_cfg), std::move(rdzv));
   return agent.run();

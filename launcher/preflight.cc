@@ -3,9 +3,6 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/io.hpp>
-#include <boost/process/pipe.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -93,23 +90,6 @@ bool store_port_free(const LaunchConfig& c) {
   } catch (const rdzv::BindError&) {
     return false;
   }
-}
-
-std::string torch_local_rank_arg(const std::string& python, const std::map<std::string, std::string>& env) {
-  namespace bp = boost::process;
-  try {
-    const std::string exe = agent::find_program(python, env, "--python");
-    bp::ipstream out;
-    bp::child child(exe, "-c", "import importlib.metadata as m; print(m.version('torch'))", bp::std_out > out,
-                    bp::std_err > bp::null, bp::std_in < bp::null);
-    std::string version;
-    std::getline(out, version);
-    child.wait();
-    if (child.exit_code() == 0 && version.rfind("1.", 0) == 0) return "--local_rank";
-  } catch (const std::exception&) {
-    // no interpreter, no torch: the current spelling
-  }
-  return "--local-rank";
 }
 
 std::vector<std::string> preflight(const LaunchConfig& config, const std::map<std::string, std::string>& env,

@@ -23,11 +23,6 @@
 
 namespace ddprun::launcher {
 
-// ddprun-launch's "auto" local_rank_arg: "--local-rank" when the torch that `python` imports is 2.x or later
-// (torch >= 2.0 passes the dashed spelling), "--local_rank" for 1.x, "--local-rank" when it cannot tell
-// (no torch, or no interpreter). Runs `python -c` with importlib.metadata (about 0.1 s).
-std::string torch_local_rank_arg(const std::string& python, const std::map<std::string, std::string>& env);
-
 // One message per problem, each naming what is wrong and what to do; empty when the launch can go on.
 // `env` is the agent's environment (its PATH finds the program as the workers' exec will; the interpreter
 // check runs with it, as the workers will); `cwd` is where relative script paths are read from. Blocks for

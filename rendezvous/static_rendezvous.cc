@@ -122,7 +122,7 @@ RendezvousInfo StaticRendezvous::round_info(int r) {
   info.round = r;
   info.group_rank = options_.node_rank;
   info.group_world_size = n;
-  info.store_host = options_.master_addr;
+  info.store_host = options_.advertised_addr.empty() ? options_.master_addr : options_.advertised_addr;
   info.store_port = store_port();
   auto sizes = store_->multi_get(lws_keys);
   std::vector<int> local_world_sizes;

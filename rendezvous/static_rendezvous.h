@@ -36,6 +36,7 @@ struct StaticRendezvousOptions {
   bool host_store = false;       // this agent runs the store (node 0)
   std::string bind_host;         // where the hosted store listens ("" = every interface)
   size_t store_memory_budget = 0;  // the hosted store's StoreServerOptions::memory_budget (0: its default)
+  std::string advertised_addr;   // the workers' MASTER_ADDR (RendezvousInfo::store_host); "" = master_addr
   std::chrono::milliseconds join_timeout{600000};     // the round must complete in time; one request's limit
   std::chrono::milliseconds connect_timeout{600000};  // reaching the store; the watcher's stall tolerance
   std::chrono::milliseconds progress_interval{5000};

@@ -13,6 +13,8 @@ namespace ddprun::agent {
 
 JobEvents::JobEvents(const AgentConfig& config, const std::string& run_id, const JobState& job)
     : job_(job), printed_(events_printed(config.event_log_handler, std::getenv("LOGLEVEL"))) {
+  if (auto it = config.base_env.find("TORCHELASTIC_ERROR_FILE"); it != config.base_env.end())
+    error_file_ = it->second;
   if (!printed_) return;
   event_ = StatusEvent{.run_id = run_id,
                        .role = config.role,
@@ -47,7 +49,14 @@ int JobEvents::agent_failed(int exit_code, const std::string& error) {
   event_.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_).count();
   event_.raw_error = error;
   record(event_);
+  write_error_file(error);
   return exit_code;
+}
+
+void JobEvents::write_error_file(const std::string& error) const {
+  if (error_file_.empty()) return;
+  if (auto problem = write_launcher_error_file(error, error_file_); !problem.empty())
+    spdlog::warn("{}", problem);
 }
 
 void JobEvents::job_end(const WorkerGroup& group, bool succeeded) {
@@ -59,6 +68,10 @@ void JobEvents::job_end(const WorkerGroup& group, bool succeeded) {
   if (group.store_lost || group.spawn_failed) {
     agent_failed(0, group.store_lost ? "the rendezvous store was lost" : "a worker could not be started");
     return;
+  }
+  if (!succeeded && !group.failures.empty() && !error_file_.empty()) {
+    const auto problem = copy_root_cause_error_file(group.failures[root_cause(group.failures)], error_file_);
+    if (!problem.empty()) spdlog::warn("{}", problem);
   }
   event_.agent_restarts = job_.restarts_done;
   event_.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_).count();

@@ -5,10 +5,16 @@
 // FAILED when a signal, the store, a spawn or a step of the agent ended it.
 //
 // Prints on stderr, only when the handler is "console" and $LOGLEVEL lets INFO through (events_printed).
+//
+// Also what torch's @record on torchrun's main leaves in the launcher's own TORCHELASTIC_ERROR_FILE (from the
+// agent's environment, when set: ddprun run by TorchX or another launcher): when the job fails because of
+// its workers, the root cause's error file (copy_root_cause_error_file); when a signal, the store, a spawn
+// or a step of the agent ended it, torch's record of that exception (write_launcher_error_file).
 // Threads: the loop's only. Never throws but std::bad_alloc. Internal to the agent loop.
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,17 +36,21 @@ class JobEvents {
   void duration(const std::string& state, Clock::time_point since);
   // The events after this name the group rank and size of `round`.
   void enter_round(const rdzv::RendezvousInfo& round);
-  // The agent's FAILED event with `error`; returns exit_code.
+  // The agent's FAILED event with `error`, and `error` recorded in the launcher's error file; returns
+  // exit_code.
   int agent_failed(int exit_code, const std::string& error);
-  // The end of the job with the last round's `group`: a WORKER event per worker and the agent's SUCCEEDED;
-  // or, when a signal, the loss of the store or a spawn failure ended it (an exception in torch's agent), the
-  // agent's FAILED only.
+  // The end of the job with the last round's `group`: a WORKER event per worker and the agent's SUCCEEDED
+  // (and, when it failed, the root cause's error file copied to the launcher's); or, when a signal, the loss
+  // of the store or a spawn failure ended it (an exception in torch's agent), the agent's FAILED only.
   void job_end(const WorkerGroup& group, bool succeeded);
 
  private:
   void record(const StatusEvent& e) const;
 
+  void write_error_file(const std::string& error) const;
+
   const JobState& job_;
+  std::filesystem::path error_file_;  // the launcher's own TORCHELASTIC_ERROR_FILE; "" = none
   bool printed_;
   StatusEvent event_;  // the agent's fields of the next event
   Clock::time_point start_ = Clock::now();

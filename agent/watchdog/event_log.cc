@@ -12,8 +12,14 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // keeps the keys in insertion order, as a Python dict does
 
-// Python's json.dumps(value) with its defaults: ", " and ": " separators, ensure_ascii.
-std::string python_dumps(const Json& j) {
+template <typename T>
+Json or_null(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+}  // namespace
+
+std::string python_dumps(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case Json::value_t::object: {
       std::string out = "{";
@@ -32,13 +38,6 @@ std::string python_dumps(const Json& j) {
       return j.dump(-1, ' ', true, Json::error_handler_t::replace);
   }
 }
-
-template <typename T>
-Json or_null(const std::optional<T>& v) {
-  return v ? Json(*v) : Json(nullptr);
-}
-
-}  // namespace
 
 bool events_printed(EventLogHandler handler, const char* loglevel) {
   if (handler != EventLogHandler::kConsole) return false;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ struct StatusEvent {
   };
   std::optional<WorkerFields> worker;
 };
+
+// Python's json.dumps(value) with its defaults: ", " and ": " separators, ensure_ascii (non-ASCII as \uXXXX),
+// the keys in their order (ordered_json, as a Python dict keeps them), None as null.
+std::string python_dumps(const nlohmann::ordered_json& value);
 
 // The event's line, byte for byte as torch's console handler prints it, without the '\n'.
 std::string status_event_json(const StatusEvent& e);

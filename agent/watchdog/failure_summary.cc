@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,9 @@
 #include <numeric>
 #include <sstream>
 #include <string_view>
+#include <system_error>
+
+#include "agent/watchdog/event_log.h"  // python_dumps
 
 namespace ddprun::agent {
 
@@ -288,6 +292,45 @@ std::string format_failure_summary(const std::vector<WorkerFailure>& failures, c
 
 std::string format_failure_summary(const std::vector<WorkerFailure>& failures, const std::string& script) {
   return format_failure_summary(failures, script, local_fqdn());
+}
+
+namespace {
+
+// torch's _write_error_file after _rm: the whole text, or why not.
+std::string replace_file(const std::filesystem::path& path, const std::string& text) {
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << text;
+  out.flush();
+  if (out) return "";
+  return "cannot write the error file " + path.string() + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+std::string copy_root_cause_error_file(const WorkerFailure& root_cause, const std::filesystem::path& parent) {
+  if (root_cause.error_file.empty()) return "";
+  std::ifstream in(root_cause.error_file, std::ios::binary);
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  auto data = nlohmann::ordered_json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (data.is_discarded()) return replace_file(parent, text.str());
+  const int error_code = root_cause.signal != 0 ? -root_cause.signal : root_cause.exit_code;
+  if (error_code != 0 && data.is_object() && data.contains("message") && data["message"].is_object() &&
+      !data["message"].contains("errorCode")) {
+    data["message"]["errorCode"] = error_code;
+  }
+  return replace_file(parent, python_dumps(data));
+}
+
+std::string write_launcher_error_file(const std::string& message, const std::filesystem::path& parent) {
+  nlohmann::ordered_json record;
+  record["message"]["message"] = message;
+  record["message"]["extraInfo"]["py_callstack"] = message;
+  record["message"]["extraInfo"]["timestamp"] = std::to_string(static_cast<long long>(std::time(nullptr)));
+  return replace_file(parent, python_dumps(record));
 }
 
 }  // namespace ddprun::agent

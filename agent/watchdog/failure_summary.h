@@ -80,6 +80,21 @@ std::string format_failure_summary(const std::vector<WorkerFailure>& failures, c
 // The same with host = local_fqdn().
 std::string format_failure_summary(const std::vector<WorkerFailure>& failures, const std::string& script);
 
+// torch's @record on torchrun's main (ErrorHandler.dump_error_file): when the launcher itself runs with
+// TORCHELASTIC_ERROR_FILE set (under TorchX, or another launcher), the root cause's error file is copied
+// there when the job fails, as json.dumps writes it, with "errorCode" (the worker's exit code, -N for signal
+// N) added to its "message" object when it has none. `parent`'s old content is replaced. A root cause without
+// an error file leaves `parent` alone (torch only logs it). An error file that is not JSON is copied as it
+// is. Returns
+// "" or, when `parent` cannot be written, why (torch logs a warning and goes on).
+std::string copy_root_cause_error_file(const WorkerFailure& root_cause, const std::filesystem::path& parent);
+
+// What torch's @record writes for an exception that ended torchrun itself: {"message": {"message": <message>,
+// "extraInfo": {"py_callstack": <message>, "timestamp": "<unix s>"}}} (ddprun has no Python stack: the
+// message stands in for it). For a signal, torch's message is "SignalException: Process <pid> got signal:
+// <n>". Returns "" or why `parent` cannot be written.
+std::string write_launcher_error_file(const std::string& message, const std::filesystem::path& parent);
+
 // Python's socket.getfqdn() for this machine: gethostname(), its first address (getaddrinfo), the reverse
 // look-up of that address, and of its name and aliases the first that contains a '.', else its name; the
 // host name itself when a look-up fails. Looked up once (it may wait for the resolver), then cached.

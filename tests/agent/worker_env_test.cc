@@ -61,8 +61,7 @@ TEST_CASE("worker_env sets torchrun's contract on top of the agent's environment
       {"TORCHELASTIC_RUN_ID", "job-42"},
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},  // torch >= 2.2's name only, as torchrun 2.x sets it
   };
   for (const auto& [name, value] : expected_contract) {
     INFO(name);
@@ -87,6 +86,12 @@ TEST_CASE("worker_env: the user's own settings of the optional variables win", "
                          second_worker_of_node_1(), round, false);
     CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
     CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "3");
+  }
+  SECTION("torch before 2.2 reads NCCL_ASYNC_ERROR_HANDLING, as torchrun 1.13 sets it") {
+    round.nccl_async_error_handling_var = "NCCL_ASYNC_ERROR_HANDLING";
+    Env env = worker_env({}, second_worker_of_node_1(), round, false);
+    CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
+    CHECK_FALSE(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
   }
   SECTION("no error file: TORCHELASTIC_ERROR_FILE is not set") {
     round.error_file.clear();

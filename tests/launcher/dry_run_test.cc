@@ -63,7 +63,7 @@ TEST_CASE("dry run: one static node, every value known, the run directory in the
         "  stderr: console\n"
         "  env:\n"
         "    GROUP_RANK=0\n    GROUP_WORLD_SIZE=1\n    LOCAL_RANK=1\n    LOCAL_WORLD_SIZE=2\n"
-        "    MASTER_ADDR=127.0.0.1\n    MASTER_PORT=29500\n    NCCL_ASYNC_ERROR_HANDLING=1\n"
+        "    MASTER_ADDR=127.0.0.1\n    MASTER_PORT=29500\n"
         "    OMP_NUM_THREADS=1\n    RANK=1\n    ROLE_NAME=default\n    ROLE_RANK=1\n    ROLE_WORLD_SIZE=2\n"
         "    TORCHELASTIC_ERROR_FILE=/l/none_XXXXXXXX/attempt_0/1/error.json\n"
         "    TORCHELASTIC_MAX_RESTARTS=0\n    TORCHELASTIC_RESTART_COUNT=0\n    TORCHELASTIC_RUN_ID=none\n"
@@ -150,8 +150,13 @@ TEST_CASE("dry run: standalone's store port is chosen when it binds", "[launcher
   CHECK_THAT(text, Catch::Contains("  rendezvous: c10d (standalone), store 127.0.0.1:<chosen when the store "
                                    "binds> on this node, run id none\n"));
   CHECK_THAT(text, Catch::Contains("    GROUP_RANK=0\n"));
+  // The store listens on 127.0.0.1; the workers get torchrun's MASTER_ADDR (its endpoint is localhost:0).
   CHECK_THAT(text,
-             Catch::Contains("    MASTER_ADDR=127.0.0.1\n    MASTER_PORT=<chosen when the store binds>\n"));
+             Catch::Contains("    MASTER_ADDR=localhost\n    MASTER_PORT=<chosen when the store binds>\n"));
+  LaunchConfig c = parse({"--standalone", "t.py"});
+  CHECK(c.random_run_id);  // torchrun's uuid4, made by the launcher at start
+  CHECK_FALSE(parse({"--standalone", "--rdzv_id", "mine", "t.py"}).random_run_id);
+  CHECK_FALSE(parse({"t.py"}).random_run_id);
 }
 
 TEST_CASE("dry run: hang detection adds its variables under the run directory", "[launcher][dry_run]") {
