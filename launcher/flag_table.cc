@@ -1,5 +1,7 @@
 #include "launcher/flag_table.h"
 
+#include <algorithm>
+
 namespace ddprun::launcher {
 
 namespace {
@@ -69,12 +71,12 @@ constexpr FlagSpec kFlags[] = {
      "Memory the store this agent hosts may hold for its clients (unfinished requests, unread replies): "
      "bytes, or with a unit K, M, G (binary)",
      "256M", false},
-    {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
-     "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
     {K::kValue, "--exit_codes,--exit-codes", "EXIT_CODES",
      "ddprun (a failing worker's own code, 128+N for signal N, 2-6 and 75 for ddprun's own ends; "
      "docs/kubernetes.md) or torchrun (1 for every failure)",
      "ddprun", false},
+    {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
+     "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
     {K::kSwitch, "--prestart", "PRESTART",
      "Keep the next generation of Python workers started, torch imported, so a restart skips the "
      "interpreter's "
@@ -114,6 +116,25 @@ std::string canonical_flag(std::string_view names) {
   std::string_view canonical = names.substr(0, names.find(','));
   if (!canonical.starts_with("--")) canonical = names.substr(names.find(',') + 1);
   return std::string(canonical);
+}
+
+std::vector<std::vector<std::string>> flags_starting_with(std::string_view prefix, bool launch_mode) {
+  std::vector<std::vector<std::string>> out;
+  auto consider = [&](std::string_view names) {
+    std::vector<std::string> spellings;
+    for (size_t start = 0; start <= names.size();) {
+      const size_t end = std::min(names.find(',', start), names.size());
+      const std::string_view spelling = names.substr(start, end - start);
+      if (spelling.starts_with("--") && spelling.starts_with(prefix)) spellings.emplace_back(spelling);
+      start = end + 1;
+    }
+    if (!spellings.empty()) out.push_back(std::move(spellings));
+  };
+  for (const FlagSpec& f : flag_table()) {
+    if (!f.launch_only || launch_mode) consider(f.names);
+  }
+  consider("-h,--help");
+  return out;
 }
 
 }  // namespace ddprun::launcher

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun::launcher {
 
@@ -27,5 +28,10 @@ std::span<const FlagSpec> flag_table();
 
 // The spelling a flag is known by: its first "--" name ("-r,--redirects" -> "--redirects").
 std::string canonical_flag(std::string_view names);
+
+// argparse's abbreviation look-up: for each flag (of ddprun, plus ddprun-launch's own when launch_mode, plus
+// --help) that has a "--" spelling starting with `prefix`, those spellings, canonical one first when it
+// matches. Empty when none does.
+std::vector<std::vector<std::string>> flags_starting_with(std::string_view prefix, bool launch_mode);
 
 }  // namespace ddprun::launcher

@@ -14,11 +14,11 @@ namespace ddprun::launcher {
 
 namespace {
 
-// The keys --rdzv_conf accepts: torchrun's (docs/cli.md lists them with their meaning).
+// The keys of --rdzv_conf that ddprun reads: torchrun's (docs/cli.md lists them with their meaning).
 // clang-format off
 const std::vector<std::string> kRdzvConfKeys = {
     "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout", "failover"};
+    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout", "failover", "store_type"};
 // clang-format on
 
 // Signal names without "SIG", as --signals_to_handle takes them.
@@ -110,7 +110,7 @@ int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count) 
   if (spec == "gpu") {
     const int n = gpu_count();
     if (n <= 0) {
-      throw UsageError("ddprun: --nproc_per_node=gpu but no CUDA device is visible" +
+      throw UsageError("ddprun: --nproc_per_node=gpu but no GPU (CUDA or ROCm) is visible" +
                        (g.env.empty() ? std::string() : " (from " + g.env + ")"));
     }
     return n;
@@ -124,11 +124,13 @@ int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count) 
   return static_cast<int>(*v);
 }
 
+bool is_rdzv_conf_key(const std::string& key) {
+  return std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) != kRdzvConfKeys.end();
+}
+
 std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   std::map<std::string, std::string> conf;
   if (trim(g.text).empty()) return conf;
-  std::string valid;
-  for (const auto& k : kRdzvConfKeys) valid += (valid.empty() ? "" : ", ") + k;
   for (const auto& item : split(g.text, ',')) {
     auto eq = item.find('=');
     std::string key = trim(item.substr(0, eq));
@@ -136,15 +138,22 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
       fail(g, "KEY=VALUE,... ('" + item + "' is not KEY=VALUE)");
     }
     std::string value = trim(item.substr(eq + 1));
-    if (std::find(kRdzvConfKeys.begin(), kRdzvConfKeys.end(), key) == kRdzvConfKeys.end()) {
-      fail(g, "keys among " + valid + " (unknown key '" + key + "')");
-    }
-    if (key == "is_host" || key == "failover") {
-      std::string v;
-      for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
+    std::string lower;
+    for (char c : value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!is_rdzv_conf_key(key)) {
+      conf[key] = value;  // torch ignores what its backend does not read; so does ddprun (with a warning)
+    } else if (key == "store_type") {
+      if (lower != "tcp") {
+        fail(g,
+             "store_type=tcp (ddprun's rendezvous store is a TCP store; torch's 'file' store is not "
+             "supported), not '" +
+                 value + "'");
+      }
+      conf[key] = lower;
+    } else if (key == "is_host" || key == "failover") {
+      if (lower == "1" || lower == "true" || lower == "t" || lower == "yes" || lower == "y") {
         conf[key] = "true";
-      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
+      } else if (lower == "0" || lower == "false" || lower == "f" || lower == "no" || lower == "n") {
         conf[key] = "false";
       } else {
         fail(g, key + " to be a boolean (1/0, true/false, yes/no), not '" + value + "'");

@@ -76,11 +76,14 @@ std::pair<int, int> parse_nnodes(const Given& g);
 // and auto and must not be empty.
 int parse_nproc_per_node(const Given& g, const std::function<int()>& gpu_count);
 
-// --rdzv_conf: "KEY=VALUE,..." with keys among join_timeout, last_call_timeout, close_timeout,
-// heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, timeout, failover;
-// blank = no entries. Values normalised: is_host and failover "true"/"false" (from 1/0, true/false, t/f,
-// yes/no, y/n, any case), every other key a positive integer in plain decimal. A repeated key keeps its last
-// value.
+// --rdzv_conf: "KEY=VALUE,..."; blank = no entries. The keys ddprun reads (is_rdzv_conf_key): join_timeout,
+// last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt,
+// read_timeout, is_host, timeout, failover, store_type. Their values normalised: is_host and failover
+// "true"/"false" (from 1/0, true/false, t/f, yes/no, y/n, any case), store_type "tcp" (any case; torch's
+// "file" is refused), every other key a positive integer in plain decimal. Any other key is kept with its
+// value as given (trimmed): torch ignores the keys its backend does not read, and the caller warns. A
+// repeated key keeps its last value.
+bool is_rdzv_conf_key(const std::string& key);
 std::map<std::string, std::string> parse_rdzv_conf(const Given& g);
 
 // The rendezvous timings a parsed --rdzv_conf gives, with torchrun's defaults and its aliases resolved:

@@ -103,7 +103,7 @@ class Parser {
     std::vector<std::string> out;
     size_t i = 0;
     for (; i < in.size() && in[i] != "--" && in[i].size() >= 2 && in[i][0] == '-'; ++i) {
-      const std::string& a = in[i];
+      const std::string a = unabbreviated(in[i]);
       auto eq = a.find('=');
       std::string name = a.substr(0, eq);
       const CLI::Option* opt = app_.get_option_no_throw(name);
@@ -120,6 +120,26 @@ class Parser {
     }
     out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(i), in.end());
     return out;
+  }
+
+  // argparse's abbreviations, as torchrun takes them: "--nproc_per=4" is "--nproc_per_node=4" when no other
+  // flag has a spelling that starts with "--nproc_per" (ddprun also takes "--nproc", whose two matches are
+  // spellings of one flag: torch 1.13 takes it, torch 2.x calls it ambiguous). Several flags: an error that
+  // names every match, as argparse's.
+  std::string unabbreviated(const std::string& a) const {
+    const auto eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    if (!name.starts_with("--") || name.size() < 3 || app_.get_option_no_throw(name) != nullptr) return a;
+    const auto matches = flags_starting_with(name, launch_mode_);
+    if (matches.size() == 1) return matches.front().front() + (eq == std::string::npos ? "" : a.substr(eq));
+    if (matches.size() > 1) {
+      std::string all;
+      for (const auto& spellings : matches) {
+        for (const auto& spelling : spellings) all += (all.empty() ? "" : ", ") + spelling;
+      }
+      throw UsageError("ddprun: ambiguous option: " + name + " could match " + all + " (see ddprun --help)");
+    }
+    return a;
   }
 
   // The value from the command line, else from the PET_ variable (empty = unset), else nullopt.
@@ -171,7 +191,13 @@ class Parser {
   void nproc(LaunchConfig& c) {
     Given g = get("--nproc_per_node");
     c.nproc_spec = trim(g.text);
-    auto gpus = [&] { return gpu_count_ ? gpu_count_() : count_cuda_devices(); };
+    auto gpus = [&] {
+      try {
+        return gpu_count_ ? gpu_count_() : count_gpu_devices();
+      } catch (const std::invalid_argument& e) {  // torch refuses these *_VISIBLE_DEVICES
+        throw UsageError("ddprun: --nproc_per_node=" + c.nproc_spec + ": " + e.what());
+      }
+    };
     c.nproc_per_node = parse_nproc_per_node(g, gpus);
   }
 
@@ -197,6 +223,8 @@ class Parser {
     c.rdzv_id = id.text;
     rdzv_conf(c);
     if (c.rdzv_kind == RendezvousKind::kStandalone) {
+      // torchrun: rdzv_id = str(uuid.uuid4()), even over a given --rdzv_id; ddprun keeps one given.
+      c.random_run_id = !given("--rdzv_id");
       if (c.min_nodes != 1 || c.max_nodes != 1) {
         throw UsageError("ddprun: --standalone runs one node; it cannot be used with --nnodes=" +
                          get("--nnodes").text);
@@ -211,20 +239,24 @@ class Parser {
       c.rdzv_fallbacks.assign(endpoints.begin() + 1, endpoints.end());
     }
     if (c10d) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", 29400});
-    if (!c10d && c.min_nodes != c.max_nodes) {
-      throw UsageError(
-          "ddprun: --nnodes=" + get("--nnodes").text +
-          " (a node range) needs --rdzv_backend=c10d; the static backend needs a fixed node count");
+    if (!c10d && c.min_nodes != c.max_nodes) {  // torchrun's static backend runs MAX nodes, silently
+      warnings_.push_back("--nnodes=" + get("--nnodes").text + " with the static backend runs " +
+                          std::to_string(c.max_nodes) +
+                          " nodes, as torchrun does (a node range is elastic with --rdzv_backend=c10d)");
+      c.min_nodes = c.max_nodes;
     }
     node_rank(c);
   }
 
   void rdzv_conf(LaunchConfig& c) {
     const auto conf = parse_rdzv_conf(get("--rdzv_conf"));
+    std::string unused;
+    for (const auto& [key, value] : conf) {
+      if (!is_rdzv_conf_key(key)) unused += (unused.empty() ? "" : ", ") + key + "=" + value;
+    }
+    if (!unused.empty()) warnings_.push_back("--rdzv_conf: ignoring " + unused + " (not a key ddprun uses)");
     c.rdzv_timings = rdzv_timings(conf);
     if (auto it = conf.find("is_host"); it != conf.end()) c.is_host = it->second == "true";
-      // torchrun: rdzv_id = str(uuid.uuid4()), even over a given --rdzv_id; ddprun keeps one given.
-      c.random_run_id = !given("--rdzv_id");
     if (auto it = conf.find("failover"); it != conf.end()) c.store_failover = it->second == "true";
   }
 
@@ -288,6 +320,7 @@ class Parser {
     c.signals_to_handle = parse_signals(get("--signals_to_handle"));
     c.shutdown_timeout = seconds(get("--shutdown_timeout"));
     c.exit_barrier_timeout = seconds(get("--exit_barrier_timeout"));
+    c.torchrun_exit_codes = one_of(get("--exit_codes"), {"ddprun", "torchrun"}) == "torchrun";
     c.hang_timeout = seconds(get("--hang_timeout"));
     c.store_memory_budget = byte_size(get("--store_memory_budget"), uint64_t{1} << 20);
     c.prestart = flag_value("--prestart");
@@ -321,7 +354,6 @@ class Parser {
     if (off) return;
     const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
     if (forced && standalone) throw UsageError("ddprun: --slurm and --standalone cannot be used together");
-    c.torchrun_exit_codes = one_of(get("--exit_codes"), {"ddprun", "torchrun"}) == "torchrun";
     if (!forced) {
       if (!slurm_detected(env_) || standalone) return;
       for (const char* f : {"--nnodes", "--node_rank", "--master_addr", "--master_port", "--rdzv_endpoint"}) {

@@ -5,8 +5,8 @@
 // flag is absent; a flag on the command line always wins. Everything from the training script on belongs to
 // the script: `ddprun --nproc_per_node 2 train.py --nproc_per_node 5` gives train.py `--nproc_per_node 5`.
 //
-// Pure: no processes, sockets or files are touched, except count_cuda_devices() (launcher/cuda_devices.h:
-// reads /proc and /dev), /sys and the CPU set for --numa-binding (launcher/numa_topology.h) and
+// Pure: no processes, sockets or files are touched, except count_gpu_devices() (launcher/cuda_devices.h:
+// reads /proc, /sys and /dev), /sys and the CPU set for --numa-binding (launcher/numa_topology.h) and
 // std::thread::hardware_concurrency() for `--nproc_per_node cpu|auto`. Thread-safe (no shared state). Each
 // single value is judged by launcher/flag_values.h.
 //
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "agent/watchdog/event_log.h"  // --event-log-handler
-#include "launcher/cuda_devices.h"     // count_cuda_devices, the default gpu_count
+#include "launcher/cuda_devices.h"     // count_gpu_devices, the default gpu_count
 #include "launcher/flag_values.h"      // RdzvTimings
 #include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm_env.h"
@@ -150,7 +150,7 @@ struct ParseResult {
 // and --local_rank_style and passes --local-rank=N to the script); env: the process environment, used for
 // PET_*, DDPRUN_PYTHON and PYTHON_EXEC; gpu_count: returns the number of visible CUDA devices, called only
 // for
-// --nproc_per_node gpu|auto (an empty function means count_cuda_devices); numa_machine: the machine as
+// --nproc_per_node gpu|auto (an empty function means count_gpu_devices); numa_machine: the machine as
 // --numa-binding sees it, called only for that flag (an empty function reads /sys, env's CUDA_VISIBLE_DEVICES
 // and this process's CPU set: read_numa_machine).
 ParseResult parse_launch_config(const std::vector<std::string>& argv,

@@ -263,7 +263,7 @@ class DryRunAndErrors(IntegrationTestCase):
             (["--nnodes", "0", *worker], "--nnodes"),
             (["--nnodes", "3:2", *worker], "--nnodes"),
             (["--master_port", "abc", *worker], "--master_port"),
-            (["--rdzv_conf", "no_such_key=1", *worker], "no_such_key"),
+            (["--rdzv_conf", "join_timeout=soon", *worker], "join_timeout"),
             (["--nproc_per_node", "2"], "training script"),
         ]
         for args, needle in cases:
