@@ -3,13 +3,17 @@
 #
 #   scripts/test-cluster.sh up N          create hosts 1..N (idempotent; hosts above N are removed)
 #   scripts/test-cluster.sh exec I CMD... run CMD on host I (its network, its own host name ddprun-hI)
+#   scripts/test-cluster.sh names N1 N2.. name host 1 N1, host 2 N2, ...: resolvable on every host, and each
+#                                         one's host name (Kubernetes pods by their pod names)
 #   scripts/test-cluster.sh down          kill every process left on the hosts, delete hosts, veths, bridge
 #   scripts/test-cluster.sh status        list the hosts, their addresses and how many processes run there
 #
 # Layout: bridge ddprun-br0 with 10.99.0.254/24 in the root namespace; host I is namespace ddprun-hI with
 # loopback up and interface eth0 = 10.99.0.I/24, the peer of veth ddprun-vI on the bridge. The hosts have no
 # default route: they reach each other (and the bridge address) and nothing else. Host names are not
-# resolvable: use the 10.99.0.I addresses.
+# resolvable (use the 10.99.0.I addresses) unless `names` gave them names: then every host's /etc/hosts (the
+# file /etc/netns/ddprun-hI/hosts, which `ip netns exec` mounts over /etc/hosts) lists them, and `exec` on
+# host I sets its host name to its name; `down` (or `up`, for hosts it removes) deletes those files.
 #
 # `exec` runs CMD through `ip netns exec` (which remounts /sys; fine for plain processes - a Slurm daemon
 # needs nsenter instead) and `unshare --uts`, so gethostname() returns ddprun-hI on host I. It exports
@@ -32,7 +36,7 @@ readonly BRIDGE_ADDR=$SUBNET.254/24
 readonly MAX_HOSTS=200  # 10.99.0.1 .. 10.99.0.200; .201-.253 stay free for "nobody there" tests
 
 usage() {
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -72,6 +76,7 @@ kill_host_processes() {  # SIGKILLs every process in namespace $1 and waits (bou
 remove_host() {
   local i=$1 ns=$PREFIX$1
   kill_host_processes "$ns" || true
+  rm -rf "/etc/netns/$ns"
   ip netns delete "$ns" 2>/dev/null || true  # deleting the namespace deletes eth0 and with it its peer
   if link_exists "$VETH_PREFIX$i"; then ip link delete "$VETH_PREFIX$i" 2>/dev/null || true; fi
 }
@@ -85,6 +90,7 @@ cmd_down() {
     ip link delete "$veth" 2>/dev/null || true
   done
   if link_exists "$BRIDGE"; then ip link delete "$BRIDGE" type bridge; fi
+  rm -rf /etc/netns/"$PREFIX"[0-9]*  # names of hosts whose namespace vanished some other way
   [[ -z $(hosts) ]] || die "could not delete namespaces: $(hosts | tr '\n' ' ')"
 }
 
@@ -132,8 +138,33 @@ cmd_exec() {
   [[ $# -gt 0 ]] || usage
   hosts | grep -x "$i" >/dev/null || die "exec: host $i does not exist (run: $0 up N)"
   export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-eth0}
+  local name=$PREFIX$i
+  [[ -s /etc/netns/$PREFIX$i/hostname ]] && name=$(<"/etc/netns/$PREFIX$i/hostname")
   # shellcheck disable=SC2016  # $0 and $@ belong to the inner shell
-  exec ip netns exec "$PREFIX$i" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$PREFIX$i" "$@"
+  exec ip netns exec "$PREFIX$i" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
+}
+
+cmd_names() {
+  local count i j
+  count=$(hosts | wc -l)
+  (($# <= count)) || die "names: $# names for $count host(s)"
+  for name in "$@"; do
+    [[ $name =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] || die "names: '$name' is not a host name"
+  done
+  for j in $(hosts); do
+    mkdir -p "/etc/netns/$PREFIX$j"
+    {
+      echo "127.0.0.1 localhost"
+      echo "::1 localhost ip6-localhost ip6-loopback"
+      i=1
+      for name in "$@"; do
+        echo "$SUBNET.$i $name"
+        i=$((i + 1))
+      done
+    } >"/etc/netns/$PREFIX$j/hosts"
+    rm -f "/etc/netns/$PREFIX$j/hostname"
+    if ((j <= $#)); then echo "${!j}" >"/etc/netns/$PREFIX$j/hostname"; fi
+  done
 }
 
 cmd_status() {
@@ -159,6 +190,7 @@ case $sub in
   up) [[ $# -eq 1 ]] || usage; need_root; cmd_up "$1" ;;
   down) [[ $# -eq 0 ]] || usage; need_root; cmd_down; echo "test-cluster: down" ;;
   exec) [[ $# -ge 2 ]] || usage; need_root; cmd_exec "$@" ;;
+  names) [[ $# -ge 1 ]] || usage; need_root; cmd_names "$@" ;;
   status) [[ $# -eq 0 ]] || usage; need_root; cmd_status ;;
   -h | --help | help) usage ;;
   *) usage ;;
