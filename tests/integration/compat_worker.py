@@ -10,12 +10,14 @@ COMPAT_OUT names a directory for its files; COMPAT_MODE is a comma-separated lis
                 "\\r20%" and "\\n": a tqdm bar's two updates and its end
     gloo        init_process_group("gloo") (the store at MASTER_ADDR:MASTER_PORT), an all_reduce of the ranks,
                 {"world_size": W, "sum": S} on stdout (every rank: the same line whatever rank a node gets)
-    raise:R     rank R raises ValueError under torch's @record (error file, exit 1), after a barrier with gloo;
-                the other ranks wait in a second barrier
+    raise:R     rank R raises ValueError under torch's @record (error file, exit 1; after gloo's all_reduce
+                when gloo is asked for too); the other ranks wait (at most 120 s) to be stopped, as ranks
+                blocked in a collective do, so that rank R is the only failure (a rank that failed on the lost
+                connection would be a second one, and which one is the root cause a race)
     wait        writes COMPAT_OUT/pid-<R> ("<pid>\\n", R the global rank), then waits (at most 120 s) to be
                 killed or stopped
     save_on_term  with wait: on SIGTERM prints "rank R: checkpoint saved" and exits 0 (a preemption handler)
-Exit 0 unless a mode says otherwise. Standard library only, unless gloo or raise is asked for (torch).
+Exit 0 unless a mode says otherwise. Standard library only, but for gloo and the rank that raises (torch).
 """
 import json
 import os
@@ -60,19 +62,19 @@ def main():
         sys.stdout.flush()
         sys.stdout.write("\n")
         sys.stdout.flush()
-    if "gloo" in MODES or raiser is not None:
+    if "gloo" in MODES:
         import torch
         import torch.distributed as dist
         dist.init_process_group("gloo")
         total = torch.tensor([RANK])
         dist.all_reduce(total)
         print(json.dumps({"world_size": dist.get_world_size(), "sum": int(total.item())}), flush=True)
-        if raiser is not None:
-            dist.barrier()
-            if RANK == raiser:
-                explode()
-            dist.barrier()  # the raiser never comes: stopped (ddprun) or a gloo error (torchrun)
-        dist.destroy_process_group()
+        if raiser is None:
+            dist.destroy_process_group()
+    if raiser is not None:
+        if RANK == raiser:
+            explode()
+        time.sleep(120)
     if "wait" in MODES:
         if "save_on_term" in MODES:
             signal.signal(signal.SIGTERM, on_term)
@@ -88,7 +90,7 @@ def explode():
 
 
 if __name__ == "__main__":
-    if any(m.startswith("raise:") for m in MODES):
+    if f"raise:{RANK}" in MODES:
         from torch.distributed.elastic.multiprocessing.errors import record
         main = record(main)
     main()

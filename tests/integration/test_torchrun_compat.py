@@ -18,9 +18,11 @@ import json
 import os
 import re
 import signal
+import socket
 import unittest
+import uuid
 
-from ddprun_testlib import (EXPECTED_TORCH, PYTHON, IntegrationTestCase, read_pidfile, wait_until)
+from ddprun_testlib import (EXPECTED_TORCH, PYTHON, IntegrationTestCase, free_port, read_pidfile, wait_until)
 from test_pytorch_errors import masked, summary_block
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat_worker.py")
@@ -51,11 +53,17 @@ def worker_lines(stderr):
 
 class TorchrunCompat(IntegrationTestCase):
     def launch(self, launcher, flags, modes, env=None, out=None):
-        """Starts torchrun ("torch") or ddprun with `flags` and compat_worker.py in COMPAT_MODE `modes`."""
+        """Starts torchrun ("torch") or ddprun with `flags` and compat_worker.py in COMPAT_MODE `modes`. torch
+        1.13's --standalone is its c10d rendezvous on localhost:29400, a port every concurrent 1.13 job shares
+        (a second one joins the first one's store, or fails): it gets the same rendezvous on a free port."""
         out = out or self.path(f"out-{launcher}")
         os.makedirs(out, exist_ok=True)
         full_env = {"COMPAT_MODE": ",".join(modes), "COMPAT_OUT": out, "OMP_NUM_THREADS": "1", **(env or {})}
         if launcher == "torch":
+            if TORCH_113:
+                own = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{free_port()}", "--nnodes", "1",
+                       "--rdzv_id", str(uuid.uuid4())]
+                flags = [f for flag in flags for f in (own if flag in ("--standalone", "--stand") else [flag])]
             return self.start(["-m", "torch.distributed.run", "--monitor_interval", "0.1", *flags, WORKER],
                               env=full_env, program=PYTHON)
         return self.start([*flags, "--python", PYTHON, WORKER], env=full_env)
@@ -109,12 +117,16 @@ class TorchrunCompat(IntegrationTestCase):
             self.assertEqual(rc, 0, agent.describe())
             with open(self.path(f"out-{launcher}", "env-0.json")) as f:
                 envs[launcher] = json.load(f)
+        # torch 1.13's agent advertises its host name (socket.getfqdn()); ddprun does what torch 2.x does.
+        expected_addr = {"ddprun": "localhost",
+                         "torch": socket.getfqdn(socket.gethostname()) if TORCH_113 else "localhost"}
         for launcher, env in envs.items():
-            self.assertEqual(env["MASTER_ADDR"], "localhost", (launcher, env))
+            self.assertEqual(env["MASTER_ADDR"], expected_addr[launcher], (launcher, env))
             self.assertRegex(env["TORCHELASTIC_RUN_ID"], UUID, launcher)
         self.assertNotEqual(envs["ddprun"]["TORCHELASTIC_RUN_ID"], envs["torch"]["TORCHELASTIC_RUN_ID"])
         for env in envs.values():
             env.pop("TORCHELASTIC_RUN_ID")
+            env.pop("MASTER_ADDR")
             # torch 1.13's c10d lets worker 0 host the workers' store ("False"); ddprun's agent always does.
             env.pop("TORCHELASTIC_USE_AGENT_STORE")
         self.assertEqual(envs["ddprun"], envs["torch"])
