@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 import unittest
 
 import ddprun_testlib
@@ -41,6 +42,7 @@ assert netns_hosts.HOSTS == len(PODS)
 STATIC, ELASTIC = (1, 2), (3, 4)
 JOB_WAIT = 150  # seconds for one job (two torch workers and, for torchrun, two launchers importing torch)
 GRACE = 30  # terminationGracePeriodSeconds
+TEE_PREFIX = "[default0]:" if TORCH_113 else ""  # PET_TEE=1 under 1.13 (see start_job)
 
 
 class Pod:
@@ -48,6 +50,7 @@ class Pod:
 
     def __init__(self, host, command, env, directory):
         self.host, self.name = host, PODS[host - 1]
+        self.started, self.ended = time.monotonic(), None
         self.out_path = os.path.join(directory, f"{self.name}.out")
         self.err_path = os.path.join(directory, f"{self.name}.err")
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
@@ -65,23 +68,29 @@ class Pod:
             return f.read()
 
     def describe(self):
-        return (f"--- pod {self.name}: stdout ---\n{self.stdout()[-2000:]}\n--- stderr ---\n{self.stderr()[-4000:]}")
+        code = self.proc.poll()
+        state = "running" if code is None else f"exit {code} after {self.ended - self.started:.1f} s"
+        return (f"--- pod {self.name} ({state}): stdout ---\n{self.stdout()[-2000:]}\n--- stderr ---\n"
+                f"{self.stderr()[-4000:]}")
 
     def wait(self, timeout):
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{self.name} still running after {timeout} s\n{self.describe()}") from None
+        self.ended = self.ended or time.monotonic()
+        return code
 
-    def terminate(self, grace):
-        """The kubelet's way: SIGTERM, then SIGKILL after `grace` s. Returns (exit code, ended on its own)."""
-        if self.proc.poll() is None:
+    def terminate(self, grace, signalled=False):
+        """The kubelet's way: SIGTERM (once: not again when `signalled`), then SIGKILL after `grace` s. Returns
+        (exit code, ended on its own)."""
+        if not signalled and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=grace), True
-        except subprocess.TimeoutExpired:
+            return self.wait(grace), True
+        except AssertionError:
             self.proc.kill()
-            return self.proc.wait(timeout=30), False
+            return self.wait(30), False
 
 
 def cluster_script():
@@ -183,16 +192,22 @@ class PyTorchJob(netns_hosts.HostsTestCase):
             for launcher, (pods, codes) in runs.items():
                 self.assertEqual(codes, [0, 0], f"{launcher}\n{self.describe(pods)}")
                 for pod in pods:
-                    self.assertEqual(pod.stdout().splitlines()[-1], '{"world_size": 2, "sum": 1}', pod.describe())
+                    self.assertEqual(pod.stdout().splitlines()[-1], TEE_PREFIX + '{"world_size": 2, "sum": 1}',
+                                     pod.describe())
             for ours, theirs in zip(runs["ddprun"][0], runs["torch"][0]):
                 self.assert_same_pod(ours, theirs)
 
     def job_failed(self, launcher, pods):
-        """The worker pod failed: its code; then the master pod's, which ddprun ends itself and torchrun leaves
-        to the operator (it deletes the pods of a failed job: SIGTERM)."""
-        worker_pod_code = pods[1].wait(JOB_WAIT)
-        master_code = pods[0].wait(JOB_WAIT) if launcher == "ddprun" else pods[0].terminate(GRACE)[0]
-        return [master_code, worker_pod_code]
+        """The worker pod's worker failed: [the master pod's code, the worker pod's]. ddprun ends both pods.
+        torchrun leaves the master pod to the operator (which deletes the pods of a failed job: SIGTERM), and
+        torch 1.13's worker pod waits in its exit barrier for the master pod (300 s) before it exits: the
+        master pod is deleted once the worker pod's torchrun logged its worker's failure."""
+        if launcher == "ddprun":
+            return [pods[0].wait(JOB_WAIT), pods[1].wait(JOB_WAIT)]
+        wait_until(lambda: "failed (exitcode: " in pods[1].stderr() or pods[1].proc.poll() is not None, JOB_WAIT,
+                   "torchrun in the worker pod to see its worker fail", lambda: self.describe(pods))
+        master_code = pods[0].terminate(GRACE)[0]
+        return [master_code, pods[1].wait(JOB_WAIT)]
 
     def test_a_python_exception_in_the_worker_pod(self):
         runs = self.both_launchers(STATIC, ["raise:1"], lambda launcher, pods, out: self.job_failed(launcher, pods))
@@ -206,7 +221,7 @@ class PyTorchJob(netns_hosts.HostsTestCase):
             os.kill(pids[1], signal.SIGKILL)  # the worker pod's worker (rank 1)
             return self.job_failed(launcher, pods)
 
-        runs = self.both_launchers(STATIC, ["gloo", "wait"], oom)
+        runs = self.both_launchers(STATIC, ["wait"], oom)
         self.assertEqual(runs["ddprun"][1], [137, 137], self.describe(runs["ddprun"][0]))
         self.assertEqual(runs["torch"][1][1], 1, self.describe(runs["torch"][0]))
         self.assert_same_pod(runs["ddprun"][0][1], runs["torch"][0][1], summary=True)
@@ -218,12 +233,12 @@ class PyTorchJob(netns_hosts.HostsTestCase):
             self.worker_pids(out, pods)
             for pod in pods:
                 pod.proc.send_signal(signal.SIGTERM)
-            results = [pod.terminate(GRACE) for pod in pods]
+            results = [pod.terminate(GRACE, signalled=True) for pod in pods]
             self.assertTrue(all(on_its_own for _, on_its_own in results),
                             f"{launcher} outlived the {GRACE} s grace period\n{self.describe(pods)}")
             return [code for code, _ in results]
 
-        runs = self.both_launchers(STATIC, ["gloo", "wait", "save_on_term"], delete_job)
+        runs = self.both_launchers(STATIC, ["wait", "save_on_term"], delete_job)
         self.assertEqual(runs["ddprun"][1], [143, 143], self.describe(runs["ddprun"][0]))
         self.assertEqual(runs["torch"][1], [1, 1], self.describe(runs["torch"][0]))
         for ours, theirs in zip(runs["ddprun"][0], runs["torch"][0]):

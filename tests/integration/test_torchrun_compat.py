@@ -31,22 +31,32 @@ TORCH_113 = not (EXPECTED_TORCH or "").startswith("2.")
 FLAGS_113 = ["-r", "1", "-t", "1"] if TORCH_113 else []  # Debian's 1.13 crashes without them
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 # The launchers' own lines on stderr: torch's logging ("W1126 09:41:56.867000 6825 torch/...] ...", 1.13's
-# "WARNING:torch.distributed.run:" and its banner) and ddprun's ("ddprun: ...", "[09:41:56.867] ddprun ...").
-LAUNCHER_LINE = re.compile(r"^([IWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |WARNING:torch|\*{5}|Setting OMP_NUM_THREADS|"
+# "WARNING:torch.distributed.run:" / "ERROR:torch.distributed.elastic...:" and its banner) and ddprun's ("ddprun: ...", "[09:41:56.867] ddprun ...").
+LAUNCHER_LINE = re.compile(r"^([IWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |(INFO|WARNING|ERROR):torch|\*{5}|"
+                           r"Setting OMP_NUM_THREADS|"
                            r"ddprun: |\[\d\d:\d\d:\d\d\.\d{3}\] ddprun)")
+
+
+# The first frame of a traceback torchrun itself prints (its main, or an exception its agent logs).
+LAUNCHER_FRAME = re.compile(r'^  File "(<frozen runpy>|/usr/bin/torchrun|/usr/lib/python3[^"]*/torch/)')
 
 
 def worker_lines(stderr):
     """The workers' lines of a launcher's stderr, up to the failure summary: the launcher's own log lines and
-    torchrun's Python traceback (its first frame is torchrun's or runpy's) left out."""
+    torchrun's Python tracebacks (their first frame is torch's, torchrun's or runpy's: its main's, or one its
+    agent logs, as 1.13 does when its exit barrier fails) left out, each up to the launcher's next line."""
     lines = stderr.splitlines()
     kept = []
+    in_launcher_traceback = False
     for i, line in enumerate(lines):
         next_line = lines[i + 1] if i + 1 < len(lines) else ""
-        if "ChildFailedError" in line or (line.startswith("Traceback (most recent call last)") and
-                                          re.search(r"torchrun|runpy|distributed/run\.py", next_line)):
+        if "ChildFailedError" in line:
             break
-        if line and not LAUNCHER_LINE.match(line):
+        if line.startswith("Traceback (most recent call last)") and LAUNCHER_FRAME.match(next_line):
+            in_launcher_traceback = True
+        elif LAUNCHER_LINE.match(line):
+            in_launcher_traceback = False
+        elif line and not in_launcher_traceback:
             kept.append(line)
     return kept
 
