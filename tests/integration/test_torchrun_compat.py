@@ -39,24 +39,30 @@ LAUNCHER_LINE = re.compile(r"^([IWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |(INFO|WARNI
 
 # The first frame of a traceback torchrun itself prints (its main, or an exception its agent logs).
 LAUNCHER_FRAME = re.compile(r'^  File "(<frozen runpy>|/usr/bin/torchrun|/usr/lib/python3[^"]*/torch/)')
+# A warning of torch's C++ side with the stack under it ("[W1126 12:35:13.844156907 TCPStore.cpp:115] [c10d]
+# recvVector failed ...", "Exception raised from ...", "frame #0: ..."): torchrun 2.6's elastic agent prints
+# them when the rendezvous host's agent ended before it shut the rendezvous down.
+C10_LINE = re.compile(r"^\[[IWEC]\d{4} \d\d:\d\d:\d\d\.\d+ ")
 
 
 def worker_lines(stderr):
-    """The workers' lines of a launcher's stderr, up to the failure summary: the launcher's own log lines and
+    """The workers' lines of a launcher's stderr, up to the failure summary: the launcher's own log lines, and
     torchrun's Python tracebacks (their first frame is torch's, torchrun's or runpy's: its main's, or one its
-    agent logs, as 1.13 does when its exit barrier fails) left out, each up to the launcher's next line."""
+    agent logs, as 1.13 does when its exit barrier fails) and C++ warnings with their stacks, each up to the
+    launcher's next line, left out."""
     lines = stderr.splitlines()
     kept = []
-    in_launcher_traceback = False
+    in_launcher_block = False
     for i, line in enumerate(lines):
         next_line = lines[i + 1] if i + 1 < len(lines) else ""
         if "ChildFailedError" in line:
             break
-        if line.startswith("Traceback (most recent call last)") and LAUNCHER_FRAME.match(next_line):
-            in_launcher_traceback = True
+        if C10_LINE.match(line) or (line.startswith("Traceback (most recent call last)") and
+                                    LAUNCHER_FRAME.match(next_line)):
+            in_launcher_block = True
         elif LAUNCHER_LINE.match(line):
-            in_launcher_traceback = False
-        elif line and not in_launcher_traceback:
+            in_launcher_block = False
+        elif line and not in_launcher_block:
             kept.append(line)
     return kept
 
