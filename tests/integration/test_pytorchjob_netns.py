@@ -51,6 +51,7 @@ class Pod:
     def __init__(self, host, command, env, directory):
         self.host, self.name = host, PODS[host - 1]
         self.started, self.ended = time.monotonic(), None
+        self.job = [self]  # every pod of its job (start_job sets it): what a timeout describes
         self.out_path = os.path.join(directory, f"{self.name}.out")
         self.err_path = os.path.join(directory, f"{self.name}.err")
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
@@ -69,7 +70,9 @@ class Pod:
 
     def describe(self):
         code = self.proc.poll()
-        state = "running" if code is None else f"exit {code} after {self.ended - self.started:.1f} s"
+        state = "running" if code is None else f"exit {code}"
+        if self.ended is not None:
+            state += f" after {self.ended - self.started:.1f} s"
         return (f"--- pod {self.name} ({state}): stdout ---\n{self.stdout()[-2000:]}\n--- stderr ---\n"
                 f"{self.stderr()[-4000:]}")
 
@@ -77,7 +80,8 @@ class Pod:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} still running after {timeout} s\n{self.describe()}") from None
+            pods = "\n".join(pod.describe() for pod in self.job)
+            raise AssertionError(f"{self.name} still running after {timeout} s\n{pods}") from None
         self.ended = self.ended or time.monotonic()
         return code
 
@@ -153,6 +157,8 @@ class PyTorchJob(netns_hosts.HostsTestCase):
                                 "RANK": str(index), "PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(port),
                                 "PET_NNODES": "2", "PET_NODE_RANK": str(index)})
             pods.append(Pod(host, command + [WORKER], pod_env, directory))
+        for pod in pods:
+            pod.job = pods
         self.agents += pods  # HostsTestCase's clean-up kills what is left
         return pods, directory
 
