@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "rendezvous/text_util.h"
+
 namespace ddprun::launcher {
 
 namespace {
@@ -122,11 +124,8 @@ std::vector<std::vector<std::string>> flags_starting_with(std::string_view prefi
   std::vector<std::vector<std::string>> out;
   auto consider = [&](std::string_view names) {
     std::vector<std::string> spellings;
-    for (size_t start = 0; start <= names.size();) {
-      const size_t end = std::min(names.find(',', start), names.size());
-      const std::string_view spelling = names.substr(start, end - start);
-      if (spelling.starts_with("--") && spelling.starts_with(prefix)) spellings.emplace_back(spelling);
-      start = end + 1;
+    for (std::string& spelling : split(names, ',')) {
+      if (spelling.starts_with("--") && spelling.starts_with(prefix)) spellings.push_back(std::move(spelling));
     }
     if (!spellings.empty()) out.push_back(std::move(spellings));
   };

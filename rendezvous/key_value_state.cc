@@ -48,10 +48,7 @@ void KeyValueState::set(const std::string& key, std::string value) {
   written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
 }
 
-const std::string* KeyValueState::get(const std::string& key) const {
-  auto it = values_.find(key);
-  return it == values_.end() ? nullptr : it->second.get();
-}
+const std::string* KeyValueState::get(const std::string& key) const { return shared(key).get(); }
 
 const SharedValue& KeyValueState::shared(const std::string& key) const {
   static const SharedValue kNone;

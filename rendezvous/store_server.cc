@@ -99,13 +99,23 @@ void StoreServer::Impl::accept_failed(const boost::system::error_code& ec) {
 }
 
 std::vector<std::pair<size_t, std::shared_ptr<StoreServer::Connection>>> StoreServer::Impl::holdings() const {
+  // One walk over each connection's buffers: holders counts them, `buffers` keeps them for the shares.
   std::unordered_map<const std::string*, size_t> holders;  // shared buffer -> connections referencing it
-  for (const auto& c : connections) c->for_each_shared([&](const std::string& b) { ++holders[&b]; });
+  std::vector<std::vector<const std::string*>> buffers;    // per connection, in the order of `connections`
+  buffers.reserve(connections.size());
+  for (const auto& c : connections) {
+    auto& mine = buffers.emplace_back();
+    c->for_each_shared([&](const std::string& b) {
+      mine.push_back(&b);
+      ++holders[&b];
+    });
+  }
   std::vector<std::pair<size_t, std::shared_ptr<Connection>>> ranked;
   ranked.reserve(connections.size());
+  size_t i = 0;
   for (const auto& c : connections) {
     size_t held = c->owned();
-    c->for_each_shared([&](const std::string& b) { held += b.size() / holders[&b]; });
+    for (const std::string* b : buffers[i++]) held += b->size() / holders[b];
     ranked.emplace_back(held, c);
   }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

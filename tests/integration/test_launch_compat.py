@@ -19,11 +19,9 @@ COMMON = ["--standalone", "--nproc_per_node", str(NPROC), "--redirects", "1", "-
 class LaunchCompat(IntegrationTestCase):
     def launch(self, program, prefix, flags, name):
         out = self.path(name)
-
         os.makedirs(out)
-        agent = self.start(prefix + COMMON + flags + [WORKER, "first", "second"], env={"LAUNCH_OUT": out},
-                           program=program)
-        rc = agent.wait(180)
+        agent, rc = self.run_agent(prefix + COMMON + flags + [WORKER, "first", "second"], 180,
+                                   env={"LAUNCH_OUT": out}, program=program)
         self.assertEqual(rc, 0, agent.describe())
         results = []
         for rank in range(NPROC):

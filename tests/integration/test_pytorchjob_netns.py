@@ -28,15 +28,14 @@ import time
 import unittest
 
 import ddprun_testlib
-from ddprun_testlib import EXPECTED_TORCH, PYTHON, REPO, free_port, read_pidfile, wait_until
+from ddprun_testlib import PYTHON, REPO, free_port, read_pidfile, wait_until
 import netns_hosts
 from netns_hosts import cluster
-from test_pytorch_errors import masked, summary_block
+from test_pytorch_errors import TORCH_113, masked, summary_block
 from test_torchrun_compat import worker_lines
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat_worker.py")
 DDPRUN = ddprun_testlib.DDPRUN
-TORCH_113 = not (EXPECTED_TORCH or "").startswith("2.")
 PODS = ["pj-master-0", "pj-worker-0", "pje-worker-0", "pje-worker-1"]  # hosts 1..4
 assert netns_hosts.HOSTS == len(PODS)
 STATIC, ELASTIC = (1, 2), (3, 4)
@@ -56,7 +55,7 @@ class Pod:
         self.err_path = os.path.join(directory, f"{self.name}.err")
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             # test-cluster.sh execs all the way down: this pid is the launcher's, as a container's PID 1 is.
-            self.proc = subprocess.Popen(["bash", cluster_script(), "exec", str(host), *command],
+            self.proc = subprocess.Popen(["bash", netns_hosts.CLUSTER, "exec", str(host), *command],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
                                          start_new_session=True)
 
@@ -95,10 +94,6 @@ class Pod:
         except AssertionError:
             self.proc.kill()
             return self.wait(30), False
-
-
-def cluster_script():
-    return os.path.join(REPO, "scripts", "test-cluster.sh")
 
 
 def run_tree(log_dir):
