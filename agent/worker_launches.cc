@@ -58,7 +58,7 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
                  .restart_count = info.round,
                  .max_restarts = config.supervision.max_restarts,
                  .run_id = run_id,
-                 .use_agent_store = true,
+                 .use_agent_store = info.agent_store,
                  .error_file = p.error_file.string(),
                  .nccl_async_error_handling_var = config.nccl_async_error_handling_var};
     WorkerLaunch w;

@@ -37,7 +37,7 @@ std::string host_and_pid(const std::string& host_name, const std::string& pid) {
 }
 
 std::string node_tag(const LaunchConfig& c, const std::string& host_and_pid) {
-  if (c.rdzv_kind == RendezvousKind::kC10d) return host_and_pid;
+  if (elastic_kind(c.rdzv_kind)) return host_and_pid;
   return c.max_nodes > 1 ? "n" + std::to_string(c.node_rank) : "";
 }
 
@@ -70,7 +70,10 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.event_log_handler = c.event_log_handler;
   // What torch's events name: its rendezvous backend (standalone is c10d there) and the basename of its
   // entry point (sys.executable; the script with --no-python; its run_script_path function with --run-path).
-  a.rdzv_backend = c.rdzv_kind == RendezvousKind::kStatic ? "static" : "c10d";
+  a.rdzv_backend = c.rdzv_kind == RendezvousKind::kStatic  ? "static"
+                   : c.rdzv_kind == RendezvousKind::kEtcd   ? "etcd"
+                   : c.rdzv_kind == RendezvousKind::kEtcdV2 ? "etcd-v2"
+                                                            : "c10d";
   const std::string program = c.run_path ? "run_script_path" : c.worker_argv(0).front();
   a.entry_point = std::filesystem::path(program).filename().string();
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {

@@ -43,7 +43,7 @@ std::map<std::string, std::string> pending_values(const LaunchConfig& c) {
   auto at_rendezvous = [&pending](std::initializer_list<const char*> names) {
     for (const char* name : names) pending[name] = kDecidedAtRendezvous;
   };
-  if (c.rdzv_kind == RendezvousKind::kC10d) {
+  if (elastic_kind(c.rdzv_kind)) {
     at_rendezvous({"RANK", "ROLE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE",
                    "MASTER_ADDR", "MASTER_PORT"});
     return pending;
@@ -60,7 +60,7 @@ std::map<std::string, std::string> pending_values(const LaunchConfig& c) {
 
 std::string store_text(const LaunchConfig& c, const std::map<std::string, std::string>& pending) {
   auto port = pending.find("MASTER_PORT");
-  if (c.rdzv_kind == RendezvousKind::kC10d || port == pending.end()) return c.rdzv_endpoint.to_string();
+  if (elastic_kind(c.rdzv_kind) || port == pending.end()) return c.rdzv_endpoint.to_string();
   const std::string& host = c.rdzv_endpoint.host;
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port->second;
 }
@@ -80,6 +80,16 @@ std::string rendezvous_line(const LaunchConfig& c, const Plan& plan) {
           (c.is_host ? (*c.is_host ? " (is_host: this agent hosts it)" : " (is_host=false: not here)") : "") +
           "; the workers' store (MASTER_ADDR, MASTER_PORT) is decided at the rendezvous";
       break;
+    case RendezvousKind::kEtcd:
+    case RendezvousKind::kEtcdV2: {
+      std::string members = plan.store;
+      for (const auto& e : c.rdzv_fallbacks) members += "," + e.to_string();
+      line += std::string(c.rdzv_kind == RendezvousKind::kEtcd ? "etcd (torch's protocol, keys under " + c.etcd.prefix + ")"
+                                                               : "etcd-v2 (ddprun's dynamic rendezvous on etcd)") +
+              ", etcd " + (c.etcd.https ? "https://" : "http://") + members +
+              "; the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at the rendezvous";
+      break;
+    }
   }
   return line + ", run id " + c.rdzv_id + "\n";
 }
@@ -87,7 +97,8 @@ std::string rendezvous_line(const LaunchConfig& c, const Plan& plan) {
 std::string timeouts_line(const LaunchConfig& c) {
   const RdzvTimings& t = c.rdzv_timings;
   std::string line = "  timeouts:   join " + format_seconds(t.join_timeout);
-  if (c.rdzv_kind == RendezvousKind::kC10d) {
+  if (c.rdzv_kind == RendezvousKind::kEtcd) line += ", last call " + format_seconds(t.last_call_timeout) + ", etcd requests " + format_seconds(t.read_timeout);
+  if (c.rdzv_kind == RendezvousKind::kC10d || c.rdzv_kind == RendezvousKind::kEtcdV2) {
     line += ", last call " + format_seconds(t.last_call_timeout) + ", close " +
             format_seconds(t.close_timeout) + ", heartbeat every " + format_seconds(t.keep_alive_interval) +
             " (" + std::to_string(t.keep_alive_max_attempt) + " missed: node lost), store reads " +
@@ -100,7 +111,7 @@ std::string nodes_line(const LaunchConfig& c, const Plan& plan) {
   const bool range = c.min_nodes != c.max_nodes;
   const std::string min = std::to_string(c.min_nodes), max = std::to_string(c.max_nodes);
   const std::string nnodes = range ? min + ":" + max : min;
-  if (c.rdzv_kind == RendezvousKind::kC10d) {
+  if (elastic_kind(c.rdzv_kind)) {
     return "  nodes:      " + (range ? min + " to " + max : min) + " (--nnodes " + nnodes +
            "); node rank, global ranks and world size decided at the rendezvous\n";
   }

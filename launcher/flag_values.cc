@@ -5,6 +5,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <unistd.h>
 #include <thread>
 
 #include "rendezvous/endpoint.h"
@@ -18,7 +20,8 @@ namespace {
 // clang-format off
 const std::vector<std::string> kRdzvConfKeys = {
     "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout", "failover", "store_type"};
+    "keep_alive_max_attempt", "read_timeout", "is_host", "timeout", "failover", "store_type",
+    "protocol", "cacert", "cert", "key", "etcd_prefix", "ssl_cert", "ssl_cert_key", "ca_cert"};
 // clang-format on
 
 // Signal names without "SIG", as --signals_to_handle takes them.
@@ -150,6 +153,12 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
                  value + "'");
       }
       conf[key] = lower;
+    } else if (key == "protocol") {
+      if (lower != "http" && lower != "https") fail(g, "protocol=http or https, not '" + value + "'");
+      conf[key] = lower;
+    } else if (key == "cacert" || key == "cert" || key == "key" || key == "etcd_prefix" || key == "ssl_cert" ||
+               key == "ssl_cert_key" || key == "ca_cert") {
+      conf[key] = value;  // files and an etcd path: checked by etcd_conf
     } else if (key == "is_host" || key == "failover") {
       if (lower == "1" || lower == "true" || lower == "t" || lower == "yes" || lower == "y") {
         conf[key] = "true";
@@ -167,18 +176,18 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
   return conf;
 }
 
-std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d) {
+std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port) {
   std::vector<rdzv::Endpoint> endpoints;
   if (trim(g.text).empty()) return endpoints;
   const auto items = split(g.text, ',');
   if (items.size() > 1 && !c10d) {
-    fail(g, "one host:port (a list of endpoints, tried in order, needs --rdzv_backend c10d)");
+    fail(g, "one host:port (a list of endpoints, tried in order, needs --rdzv_backend c10d or etcd)");
   }
   for (const auto& item : items) {
     const std::string endpoint = trim(item);
     if (endpoint.empty()) fail(g, "host[:port],... without an empty entry");
     std::string err;
-    auto port = c10d ? std::optional<uint16_t>(29400) : std::nullopt;
+    auto port = c10d ? std::optional<uint16_t>(default_port) : std::nullopt;
     auto parsed = rdzv::parse_endpoint(endpoint, port, err);
     if (!parsed) {
       std::string err_prefix = "invalid endpoint '" + endpoint + "': ";
@@ -241,6 +250,36 @@ std::vector<int> parse_signals(const Given& g) {
     if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
   }
   return out;
+}
+
+EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy, std::vector<std::string>& warnings) {
+  EtcdConf e;
+  auto value = [&conf](const char* key) {
+    auto it = conf.find(key);
+    return it == conf.end() ? std::string() : it->second;
+  };
+  e.https = value("protocol") == "https";
+  // torch's names: etcd (EtcdRendezvousHandler) and etcd-v2 (EtcdRendezvousBackend) differ.
+  const char* ca = legacy ? "cacert" : "ca_cert";
+  const char* cert = legacy ? "cert" : "ssl_cert";
+  const char* key = legacy ? "key" : "ssl_cert_key";
+  e.ca_file = value(ca);
+  e.cert_file = value(cert);
+  e.key_file = value(key);
+  if (legacy && !value("etcd_prefix").empty()) e.prefix = value("etcd_prefix");
+  for (const char* k : {ca, cert, key}) {
+    const std::string file = value(k);
+    if (file.empty()) continue;
+    if (::access(file.c_str(), R_OK) != 0) {
+      throw UsageError(std::string("ddprun: --rdzv_conf ") + k + "=" + file + ": cannot read the file (" +
+                       std::strerror(errno) + ")");
+    }
+    if (!e.https) {
+      warnings.push_back(std::string("--rdzv_conf ") + k + "=" + file +
+                         " is not used without protocol=https (etcd is reached over plain HTTP)");
+    }
+  }
+  return e;
 }
 
 RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf) {

@@ -100,15 +100,28 @@ struct RdzvTimings {
 };
 RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf);
 
+// --rdzv_conf's etcd keys (torchrun's names: etcd's protocol, cacert, cert, key, etcd_prefix; etcd-v2's
+// protocol, ssl_cert, ssl_cert_key, ca_cert), checked: the files exist and are
+// readable (UsageError naming the key and the file otherwise); TLS keys without protocol=https: a warning, as
+// they are not used.
+struct EtcdConf {
+  bool https = false;   // protocol=https
+  std::string ca_file;  // cacert / ca_cert
+  std::string cert_file;  // cert / ssl_cert
+  std::string key_file;   // key / ssl_cert_key
+  std::string prefix = "/torchelastic/p2p";  // etcd_prefix (etcd only)
+};
+EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy, std::vector<std::string>& warnings);
+
 // A duration given in seconds (the flags and RdzvTimings), as the milliseconds the agent and handlers take.
 inline std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
 // --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (empty). The static backend
-// (c10d false) needs the port; c10d defaults it to 29400 and takes a comma-separated list, tried in order
-// (the store failover: rendezvous/store_failover.h).
-std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d);
+// (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
+// comma-separated list, tried in order (the store failover: rendezvous/store_failover.h; etcd's members).
+std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port = 29400);
 
 // --master_addr: a host name or address without a port; "[::1]" gives "::1".
 std::string parse_master_addr(const Given& g);

@@ -205,10 +205,11 @@ class Parser {
   // The backend: --rdzv_backend, judged even when --standalone ignores it, and --standalone.
   void backend(LaunchConfig& c) {
     Given backend = get("--rdzv_backend");
-    if (backend.text.rfind("etcd", 0) == 0)
-      fail(backend, "static or c10d (etcd is not supported by ddprun; use c10d)");
-    const bool c10d = one_of(backend, {"static", "c10d"}) == "c10d";
-    c.rdzv_kind = c10d ? RendezvousKind::kC10d : RendezvousKind::kStatic;
+    const std::string kind = one_of(backend, {"static", "c10d", "etcd", "etcd-v2"});
+    c.rdzv_kind = kind == "c10d"      ? RendezvousKind::kC10d
+                  : kind == "etcd"    ? RendezvousKind::kEtcd
+                  : kind == "etcd-v2" ? RendezvousKind::kEtcdV2
+                                      : RendezvousKind::kStatic;
     if (!flag_value("--standalone")) return;
     for (const char* f : {"--rdzv_backend", "--rdzv_endpoint"}) {
       if (auto g = given(f)) warnings_.push_back(std::string("--standalone ignores ") + f + "=" + g->text);
@@ -233,14 +234,15 @@ class Parser {
       c.rdzv_endpoint = rdzv::Endpoint{"127.0.0.1", 0};
       return node_rank(c);
     }
-    const bool c10d = c.rdzv_kind == RendezvousKind::kC10d;
-    auto endpoints = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d);
+    const bool c10d = c.rdzv_kind == RendezvousKind::kC10d, etcd = etcd_kind(c.rdzv_kind);
+    const uint16_t default_port = etcd ? 2379 : 29400;
+    auto endpoints = parse_rdzv_endpoint(get("--rdzv_endpoint"), c10d || etcd, default_port);
     if (!endpoints.empty()) {
       endpoint_ = endpoints.front();
       c.rdzv_fallbacks.assign(endpoints.begin() + 1, endpoints.end());
     }
-    if (c10d) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", 29400});
-    if (!c10d && c.min_nodes != c.max_nodes) {  // torchrun's static backend runs MAX nodes, silently
+    if (c10d || etcd) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", default_port});
+    if (!elastic_kind(c.rdzv_kind) && c.min_nodes != c.max_nodes) {  // torchrun's static backend runs MAX nodes, silently
       warnings_.push_back("--nnodes=" + get("--nnodes").text + " with the static backend runs " +
                           std::to_string(c.max_nodes) +
                           " nodes, as torchrun does (a node range is elastic with --rdzv_backend=c10d)");
@@ -259,6 +261,7 @@ class Parser {
     c.rdzv_timings = rdzv_timings(conf);
     if (auto it = conf.find("is_host"); it != conf.end()) c.is_host = it->second == "true";
     if (auto it = conf.find("failover"); it != conf.end()) c.store_failover = it->second == "true";
+    if (etcd_kind(c.rdzv_kind)) c.etcd = etcd_conf(conf, c.rdzv_kind == RendezvousKind::kEtcd, warnings_);
   }
 
   // --master_addr, --master_port and --node_rank: read by every backend (a bad value is an error), used by

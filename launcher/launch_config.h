@@ -49,7 +49,16 @@ struct SlurmLaunch {
 
 // How the agents of a job meet (--rdzv_backend, --standalone). torchrun labels --standalone "c10d"; ddprun
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
-enum class RendezvousKind { kStatic, kC10d, kStandalone };
+// kEtcd: torch's etcd backend, its protocol on etcd (rendezvous/etcd/etcd_rendezvous.h); kEtcdV2: ddprun's
+// dynamic rendezvous with etcd as its store (torch's etcd-v2 name; the two launchers do not share such a job).
+enum class RendezvousKind { kStatic, kC10d, kStandalone, kEtcd, kEtcdV2 };
+
+// The backends whose node count, node rank, ranks and workers' store are decided at the rendezvous.
+inline bool elastic_kind(RendezvousKind k) {
+  return k == RendezvousKind::kC10d || k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2;
+}
+inline bool etcd_kind(RendezvousKind k) { return k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2; }
+
 
 // torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
@@ -62,10 +71,11 @@ struct LaunchConfig {
   int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
   int nproc_per_node = 1;                              // resolved number
   std::string nproc_spec = "1";                        // as given: int|cpu|gpu|auto
-  RendezvousKind rdzv_kind = RendezvousKind::kStatic;  // etcd*: error "not supported by ddprun; use c10d"
+  RendezvousKind rdzv_kind = RendezvousKind::kStatic;
   // Where the agents meet, parsed once. kStatic: node 0's store, at --rdzv_endpoint when given (it must have
   // a port), else at --master_addr:--master_port. kC10d: the rendezvous store, --rdzv_endpoint with port
-  // 29400 by default (none given: localhost:29400). kStandalone: 127.0.0.1 port 0 (the store binds a free
+  // 29400 by default (none given: localhost:29400). kEtcd, kEtcdV2: the first etcd member, port 2379 by
+  // default (none given: localhost:2379), the others in rdzv_fallbacks. kStandalone: 127.0.0.1 port 0 (the store binds a free
   // port). Under Slurm without a port given, the port is the first of SlurmLaunch::probe_ports.
   rdzv::Endpoint rdzv_endpoint{"127.0.0.1", 29500};
   // kC10d: the rest of a comma-separated --rdzv_endpoint, tried in order after rdzv_endpoint when it does not
@@ -80,6 +90,7 @@ struct LaunchConfig {
   RdzvTimings rdzv_timings;
   std::optional<bool> is_host;
   bool store_failover = true;  // --rdzv_conf failover (c10d): survive the loss of the store host
+  EtcdConf etcd;
   int max_restarts = 0;
   double monitor_interval = 0.1;       // seconds (accepted for compatibility; ddprun is event-driven)
   std::string start_method = "spawn";  // spawn|fork|forkserver accepted, all mean exec here

@@ -31,6 +31,8 @@
 #include "launcher/slurm_port.h"
 #include "launcher/torch_version.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/text_util.h"
 
@@ -40,8 +42,61 @@ using ddprun::launcher::LaunchConfig;
 using ddprun::launcher::millis;
 using ddprun::launcher::RendezvousKind;
 
+// etcd's members and how to reach them (--rdzv_endpoint, --rdzv_conf protocol and TLS files).
+ddprun::rdzv::etcd::ClientOptions etcd_client_options(const LaunchConfig& c, std::chrono::milliseconds request) {
+  ddprun::rdzv::etcd::ClientOptions o;
+  o.endpoints.push_back(c.rdzv_endpoint);
+  o.endpoints.insert(o.endpoints.end(), c.rdzv_fallbacks.begin(), c.rdzv_fallbacks.end());
+  o.https = c.etcd.https;
+  o.tls = {.ca_file = c.etcd.ca_file, .cert_file = c.etcd.cert_file, .key_file = c.etcd.key_file};
+  o.request_timeout = request;
+  return o;
+}
+
+std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_etcd_rendezvous(const LaunchConfig& c) {
+  const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
+  const auto members = etcd_client_options(c, millis(t.read_timeout));
+  if (c.rdzv_kind == RendezvousKind::kEtcd) {
+    ddprun::rdzv::etcd::EtcdRendezvousOptions o;
+    o.run_id = c.rdzv_id;
+    o.min_nodes = c.min_nodes;
+    o.max_nodes = c.max_nodes;
+    o.client = members;
+    o.prefix = c.etcd.prefix;
+    o.join_timeout = millis(t.join_timeout);
+    o.last_call_timeout = millis(t.last_call_timeout);
+    o.local_addr = c.local_addr;
+    o.role = c.role;
+    return std::make_unique<ddprun::rdzv::etcd::EtcdRendezvous>(o);
+  }
+  ddprun::rdzv::DynamicRendezvousOptions o;
+  o.run_id = c.rdzv_id;
+  o.min_nodes = c.min_nodes;
+  o.max_nodes = c.max_nodes;
+  o.endpoint_host = c.rdzv_endpoint.host;
+  o.endpoint_port = c.rdzv_endpoint.port;
+  o.join_timeout = millis(t.join_timeout);
+  o.last_call_timeout = millis(t.last_call_timeout);
+  o.close_timeout = millis(t.close_timeout);
+  o.keep_alive_interval = millis(t.keep_alive_interval);
+  o.keep_alive_max_attempt = t.keep_alive_max_attempt;
+  o.read_timeout = millis(t.read_timeout);
+  o.local_addr = c.local_addr;
+  o.failover = false;
+  const std::string prefix = "/ddprun/etcd-v2/run_" + c.rdzv_id;
+  o.external_store = [c, prefix](std::chrono::milliseconds request) -> std::unique_ptr<ddprun::rdzv::Store> {
+    auto client = std::make_shared<ddprun::rdzv::etcd::Client>(etcd_client_options(c, request));
+    return std::make_unique<ddprun::rdzv::etcd::EtcdStore>(client, prefix, request);
+  };
+  o.external_name = std::string(c.etcd.https ? "https://" : "http://") + members.endpoints.front().to_string();
+  for (size_t i = 1; i < members.endpoints.size(); ++i) o.external_name += "," + members.endpoints[i].to_string();
+  o.external_name = "etcd at " + o.external_name;
+  return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
+}
+
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
   const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
+  if (ddprun::launcher::etcd_kind(c.rdzv_kind)) return make_etcd_rendezvous(c);
   if (c.rdzv_kind == RendezvousKind::kC10d) {
     ddprun::rdzv::DynamicRendezvousOptions o;
     o.run_id = c.rdzv_id;

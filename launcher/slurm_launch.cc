@@ -6,7 +6,7 @@ void finish_slurm_launch(LaunchConfig& c, const std::function<bool(const std::st
                          bool master_port_given) {
   if (!c.slurm) return;
   SlurmLaunch& sl = *c.slurm;
-  const bool c10d = c.rdzv_kind == RendezvousKind::kC10d;
+  const bool c10d = elastic_kind(c.rdzv_kind);
   for (const auto& d : sl.settings.derived) {
     // c10d takes neither --master_addr/--master_port (the endpoint stands for them) nor --node_rank.
     bool ignored = c10d && (d.setting == "--master_addr" || d.setting == "--master_port" ||
@@ -14,6 +14,7 @@ void finish_slurm_launch(LaunchConfig& c, const std::function<bool(const std::st
     if (!given(d.setting) && !ignored) sl.used.push_back(d);
   }
   sl.store_host = c.rdzv_endpoint.host;
+  if (etcd_kind(c.rdzv_kind)) return;  // etcd is the user's: no port to probe, nobody here hosts it
   const bool port_given = given("--rdzv_endpoint") || (!c10d && master_port_given);
   if (!port_given) sl.probe_ports = sl.settings.ports;
   if (!c10d) {

@@ -23,6 +23,15 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
       failover_(keys_, heartbeat_timeout(), options_.close_timeout) {
   if (options_.host.empty()) options_.host = local_hostname();
   if (options_.identity.empty()) options_.identity = options_.host + ":" + std::to_string(::getpid());
+  if (external()) {
+    const Timeouts t = timeouts();
+    try {
+      attach(options_.external_store(t.request), options_.external_store(t.watcher_request), options_.external_name, t);
+    } catch (const StoreError& e) {
+      throw store_failure(e);
+    }
+    return;
+  }
   bool hosting = options_.is_host.value_or(is_local_host(options_.endpoint_host));
   if (hosting && !options_.is_host && !options_.fallback_endpoints.empty()) {
     // This host was the job's first store host and may come back after the job moved on: join it there.
@@ -215,7 +224,7 @@ void DynamicRendezvous::assign_ranks(int r, int64_t count) {
     keys.push_back(round_key(r, "assign/" + std::to_string(keys.size())));
     values.push_back(encode(a));
   }
-  keys_.open_worker_keyspace(*store_, r);
+  if (!external()) keys_.open_worker_keyspace(*store_, r);
   store_->multi_set(keys, values);
   store_->set(key("round"), std::to_string(r));
   spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", run_id(), r, count,
@@ -258,6 +267,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   info.world_size = assignment->world_size;
   info.store_host = store_at_.host;
   info.store_port = store_at_.port;
+  if (external()) share_workers_store(r, info);
   successors_ = std::move(assignment->successors.endpoints);
   without_standby_ = assignment->successors.without_standby;
   expected_nodes_ = 0;
@@ -360,6 +370,23 @@ std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {
   // so).
   if (!dead.empty()) job_moved();  // stop_round then returns its stop
   return dead;
+}
+
+void DynamicRendezvous::share_workers_store(int r, RendezvousInfo& info) {
+  const std::string k = round_key(r, "workers_store");
+  if (info.group_rank == 0) {
+    std::string addr = options_.local_addr;
+    if (addr.empty()) addr = source_address_towards(options_.endpoint_host, options_.endpoint_port);
+    if (addr.empty()) addr = options_.host;
+    store_->set(k, format_endpoint(addr, free_tcp_port(is_local_host(addr) ? addr : "")));
+  }
+  const std::string text = store_->get(k);
+  std::string error;
+  auto ep = parse_endpoint(text, std::nullopt, error);
+  if (!ep || ep->port == 0) throw unreadable("workers' store address of round " + std::to_string(r), text);
+  info.store_host = ep->host;
+  info.store_port = ep->port;
+  info.agent_store = false;
 }
 
 }  // namespace ddprun::rdzv

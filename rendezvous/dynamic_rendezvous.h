@@ -50,6 +50,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -91,6 +93,14 @@ struct DynamicRendezvousOptions {
   std::chrono::milliseconds progress_interval{5000};
   std::chrono::milliseconds cooldown_base{10000};  // a host that failed twice sits out this long, doubling
   std::chrono::milliseconds cooldown_max{300000};
+  // A store that is not ddprun's (--rdzv_backend etcd-v2: etcd): makes a connection whose requests wait up to
+  // the given timeout; called twice (the agent loop's, the watcher's). When set, endpoint_host/port name the
+  // store's first member only to find this node's address towards it (the workers' store address), and
+  // fallback_endpoints, is_host, failover and store_memory_budget are not used: nothing is hosted, there is no
+  // standby (the store is replicated by itself), and the workers' rank 0 hosts their TCPStore on a free port
+  // of node 0's host (RendezvousInfo::agent_store false), which node 0 publishes as r<r>/workers_store.
+  std::function<std::unique_ptr<Store>(std::chrono::milliseconds request_timeout)> external_store;
+  std::string external_name;  // the store in messages ("etcd at h1:2379,h2:2379")
 };
 
 class DynamicRendezvous final : public RendezvousBase {
@@ -116,7 +126,10 @@ class DynamicRendezvous final : public RendezvousBase {
  private:
   std::string key(const std::string& k) const { return keys_.key(k); }
   std::string round_key(int round, const std::string& k) const { return keys_.round_key(round, k); }
-  bool failover_on() const { return options_.failover && options_.max_nodes > 1; }
+  bool failover_on() const { return options_.failover && options_.max_nodes > 1 && !external(); }
+  bool external() const { return static_cast<bool>(options_.external_store); }
+  // Node 0 publishes where its workers' rank 0 hosts their store; every node reads it (external store only).
+  void share_workers_store(int r, RendezvousInfo& info);
   std::chrono::milliseconds heartbeat_timeout() const {
     return options_.keep_alive_interval * options_.keep_alive_max_attempt;
   }

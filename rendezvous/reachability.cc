@@ -13,6 +13,9 @@
 #include <memory>
 #include <vector>
 
+#include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/store_error.h"
 #include "rendezvous/text_util.h"
 
 namespace ddprun::rdzv {
@@ -98,6 +101,19 @@ std::string source_address_towards(const std::string& host, uint16_t port) {
     if (inet_ntop(local.ss_family, addr, buf, sizeof buf)) return buf;
   }
   return "";
+}
+
+uint16_t free_tcp_port(const std::string& address) {
+  namespace ip = boost::asio::ip;
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  const ip::address addr = address.empty() ? ip::address(ip::address_v4::any()) : ip::make_address(address, ec);
+  if (ec) throw BindError("no free port on '" + address + "': not an IP address");
+  ip::tcp::acceptor acceptor(io);
+  acceptor.open(addr.is_v6() ? ip::tcp::v6() : ip::tcp::v4(), ec);
+  if (!ec) acceptor.bind(ip::tcp::endpoint(addr, 0), ec);
+  if (ec) throw BindError("no free port on " + (address.empty() ? std::string("0.0.0.0") : address) + ": " + ec.message());
+  return acceptor.local_endpoint().port();
 }
 
 bool is_local_host(const std::string& host) {

@@ -27,6 +27,11 @@ Reach probe_tcp(const std::string& host, uint16_t port, std::chrono::millisecond
 // kernel; no packet is sent). "" when the host does not resolve or no route leads there.
 std::string source_address_towards(const std::string& host, uint16_t port);
 
+// A TCP port that is free on `address` (an address of this machine; "" = every address) now: bound to port 0,
+// read back, released — torch's get_free_port, with its race (another program may take it before it is used).
+// Throws BindError naming the address when nothing can be bound there.
+uint16_t free_tcp_port(const std::string& address);
+
 // True when `host` names or resolves to an address of this machine (loopback included).
 bool is_local_host(const std::string& host);
 

@@ -30,17 +30,27 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
   co.connect_timeout = t.connect;
   co.timeout = t.request;
   try {
-    store_ = std::make_unique<StoreClient>(host, port, co);
-    if (t.reconnect.count() > 0) store_->set_connect_timeout(t.reconnect);
+    auto store = std::make_unique<StoreClient>(host, port, co);
+    if (t.reconnect.count() > 0) store->set_connect_timeout(t.reconnect);
     // The watcher's requests, and its reconnections, are short: a stalled store shows at once, and
     // StoreSilence decides whether it is tolerated yet.
     co.connect_timeout = t.watcher_request;
     co.timeout = t.watcher_request;
-    watcher_ = std::make_unique<StoreClient>(host, port, co);
-    if (t.watcher_reconnect.count() > 0) watcher_->set_connect_timeout(t.watcher_reconnect);
+    auto watcher = std::make_unique<StoreClient>(host, port, co);
+    if (t.watcher_reconnect.count() > 0) watcher->set_connect_timeout(t.watcher_reconnect);
+    store_ = std::move(store);
+    watcher_ = std::move(watcher);
   } catch (const StoreError& e) {
     throw store_failure(e);
   }
+  silence_ = StoreSilence("rendezvous '" + run_id() + "': ", endpoint_, t.stall_tolerance);
+}
+
+void RendezvousBase::attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher, std::string endpoint,
+                            const Timeouts& t) {
+  endpoint_ = std::move(endpoint);
+  store_ = std::move(store);
+  watcher_ = std::move(watcher);
   silence_ = StoreSilence("rendezvous '" + run_id() + "': ", endpoint_, t.stall_tolerance);
 }
 

@@ -61,6 +61,9 @@ class RendezvousBase : public RendezvousHandler {
   // Connects both connections to host:port. Throws RendezvousStoreError naming the endpoint when the store
   // cannot be reached, or does not answer, within t.connect.
   void connect(const std::string& host, uint16_t port, const Timeouts& t);
+  // Uses a store that is not ddprun's (etcd: DynamicRendezvousOptions::external_store) through the two
+  // connections given; `endpoint` names it in messages.
+  void attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher, std::string endpoint, const Timeouts& t);
   // This node's place in the round that next_rendezvous completed.
   void enter_round(int round, int rank, int nodes);
 
@@ -96,8 +99,8 @@ class RendezvousBase : public RendezvousHandler {
 
   RoundKeys keys_;
   std::unique_ptr<StoreServerThread> server_;  // null unless this node hosts the store
-  std::unique_ptr<StoreClient> store_;         // the agent loop's connection
-  std::unique_ptr<StoreClient> watcher_;       // the watcher thread's connection
+  std::unique_ptr<Store> store_;               // the agent loop's connection
+  std::unique_ptr<Store> watcher_;             // the watcher thread's connection
   std::atomic<int> round_{-1};                 // the round this node is in; -1 before the first
   int rank_ = -1;                              // this node's rank in round_
   int nodes_ = 0;                              // nodes in round_

@@ -32,6 +32,9 @@ struct RendezvousInfo {
   int world_size = 1;        // workers in the round, all nodes together
   std::string store_host;    // where workers find the agent store (MASTER_ADDR)
   uint16_t store_port = 0;   // (MASTER_PORT)
+  // true: an agent's store serves the workers there (TORCHELASTIC_USE_AGENT_STORE=True); false: the workers'
+  // rank 0 hosts their TCPStore there, as under torchrun's etcd backends (a free port of node 0's host).
+  bool agent_store = true;
 
   // The global rank of this node's worker `local_rank`.
   int rank_of(int local_rank) const { return base_rank + local_rank; }

@@ -40,6 +40,9 @@ class Store {
   // Waits for every key (as get), then returns their values in order.
   virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys) = 0;
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) = 0;
+  // Releases the connection; later calls throw ClosedError where the implementation has one to release (a
+  // call in progress on another thread ends). Idempotent; by default nothing to do.
+  virtual void close() {}
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }

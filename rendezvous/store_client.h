@@ -65,7 +65,7 @@ class StoreClient final : public Store {
   void set_connect_timeout(std::chrono::milliseconds timeout);
 
   // Closes the connection; later calls throw ClosedError. Idempotent.
-  void close();
+  void close() override;
   const std::string& endpoint() const { return endpoint_; }
   Dialect dialect() const { return options_.dialect; }
 

@@ -87,4 +87,21 @@ std::string local_hostname() {
   return host;
 }
 
+std::string printable(std::string_view text, size_t max) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace ddprun

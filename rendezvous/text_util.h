@@ -30,6 +30,9 @@ std::optional<uint64_t> parse_byte_size(std::string_view text);
 // arguments and for TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
 std::string template_substitute(std::string_view text, const std::map<std::string, std::string>& values);
 
+// `text` for an error message: at most `max` bytes (then "..."), each byte outside printable ASCII as "\xNN".
+std::string printable(std::string_view text, size_t max = 80);
+
 // gethostname(2) as given by the system (maybe a fully qualified name); "" when it fails.
 std::string local_hostname();
 

@@ -9,6 +9,7 @@
 
 #include "catch_compat.h"
 #include "launch_config_test_util.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -430,4 +431,44 @@ TEST_CASE("numa binding (--numa-binding) chooses each local rank's CPUs at parse
     parse_launch_config(argv, {{"PET_NUMA_BINDING", "node"}}, {}, c, [&] { return m; });
     CHECK_FALSE(c.numa_binding);
   }
+}
+
+TEST_CASE("etcd backends: members, port 2379, torchrun's rdzv_conf keys per backend", "[launcher][cli]") {
+  auto o = parse({"--nnodes", "2:3", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1, e2:2380", "--rdzv_conf",
+                  "protocol=HTTPS,etcd_prefix=/my/prefix,last_call_timeout=2", "t.py"});
+  REQUIRE(o.result.exit_code == 0);
+  CHECK(o.config.rdzv_kind == RendezvousKind::kEtcd);
+  CHECK(o.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"e1", 2379});  // etcd's client port by default
+  REQUIRE(o.config.rdzv_fallbacks.size() == 1);
+  CHECK(o.config.rdzv_fallbacks[0] == ddprun::rdzv::Endpoint{"e2", 2380});
+  CHECK(o.config.etcd.https);
+  CHECK(o.config.etcd.prefix == "/my/prefix");
+  CHECK(o.config.rdzv_timings.last_call_timeout == 2);
+  CHECK((o.config.min_nodes == 2 && o.config.max_nodes == 3));  // elastic, as c10d
+
+  auto bare = parse({"--rdzv_backend", "etcd-v2", "t.py"});
+  REQUIRE(bare.result.exit_code == 0);
+  CHECK(bare.config.rdzv_kind == RendezvousKind::kEtcdV2);
+  CHECK(bare.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"localhost", 2379});
+  CHECK_FALSE(bare.config.etcd.https);
+
+  // torchrun's names differ per backend: etcd's cacert/cert/key, etcd-v2's ca_cert/ssl_cert/ssl_cert_key.
+  ddprun::testing::TempDir dir;
+  const std::string pem = dir.write("x.pem", "not read here\n").string();
+  auto legacy = parse({"--rdzv_backend", "etcd", "--rdzv_conf",
+                       "protocol=https,cacert=" + pem + ",cert=" + pem + ",key=" + pem, "t.py"});
+  REQUIRE(legacy.result.exit_code == 0);
+  CHECK(legacy.config.etcd.ca_file == pem);
+  CHECK(legacy.config.etcd.cert_file == pem);
+  CHECK(legacy.config.etcd.key_file == pem);
+  auto v2 = parse({"--rdzv_backend", "etcd-v2", "--rdzv_conf",
+                   "protocol=https,ca_cert=" + pem + ",ssl_cert=" + pem + ",ssl_cert_key=" + pem, "t.py"});
+  REQUIRE(v2.result.exit_code == 0);
+  CHECK(v2.config.etcd.ca_file == pem);
+  CHECK(v2.config.etcd.cert_file == pem);
+  CHECK(v2.config.etcd.key_file == pem);
+  // A TLS file without https is not used: said, not an error.
+  auto plain = parse({"--rdzv_backend", "etcd", "--rdzv_conf", "cacert=" + pem, "t.py"});
+  REQUIRE(plain.result.exit_code == 0);
+  CHECK_THAT(plain.result.message, Catch::Contains("cacert=" + pem + " is not used without protocol=https"));
 }
