@@ -35,7 +35,8 @@ using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
 constexpr unsigned kHttp11 = 11;
-constexpr std::size_t kMaxReplyBytes = 256u << 20;  // a recursive listing of a large tree
+constexpr auto kWatchRetryPause = std::chrono::milliseconds(100);  // a watch asks again at most this often
+constexpr std::size_t kMaxReplyBytes = 256u << 20;                 // a recursive listing of a large tree
 
 // "5 s", "1.5 s", "300 ms".
 std::string duration_text(std::chrono::milliseconds d) {
@@ -84,6 +85,16 @@ std::string normalized_key(const std::string& key) {
   return key.empty() || key[0] != '/' ? "/" + key : key;
 }
 
+// An error's text as a message's clause: "connection refused", not "Connection refused".
+std::string error_text(const error_code& ec) {
+  std::string text = ec.message();
+  if (!text.empty() && text[0] >= 'A' && text[0] <= 'Z' &&
+      (text.size() < 2 || !(text[1] >= 'A' && text[1] <= 'Z'))) {
+    text[0] = static_cast<char>(text[0] - 'A' + 'a');
+  }
+  return text;
+}
+
 // OpenSSL's reason for a TLS failure; for a certificate that did not verify, the verifier's reason too.
 std::string tls_reason(const error_code& ec, SSL* ssl) {
   std::string reason = ec.message();
@@ -116,6 +127,7 @@ struct Call {
   std::string body;    // form, for PUT
   bool watch = false;
   Clock::time_point watch_deadline{};
+  std::chrono::milliseconds watch_timeout{0};
 };
 
 // What one attempt on one member came to.
@@ -283,7 +295,7 @@ struct Client::Impl {
     run();
     const std::string budget = duration_text(options.request_timeout);
     if (resolve_timed_out) return failed("cannot resolve the host within " + budget);
-    if (ec) return failed("cannot resolve the host: " + ec.message());
+    if (ec) return failed("cannot resolve the host: " + error_text(ec));
 
     auto conn = std::make_unique<Connection>();
     conn->member = i;
@@ -296,7 +308,7 @@ struct Client::Impl {
     conn->tcp().async_connect(addresses, [&](const error_code& e, const tcp::endpoint&) { ec = e; });
     run();
     if (ec == beast::error::timeout) return failed("no connection within " + budget);
-    if (ec) return failed(ec.message());
+    if (ec) return failed(error_text(ec));
     if (conn->tls) {
       SSL* ssl = conn->tls->native_handle();
       if (!SSL_set_tlsext_host_name(ssl, member.host.c_str())) {
@@ -309,7 +321,11 @@ struct Client::Impl {
       if (ec && ec.category() == asio::error::get_ssl_category()) {
         return Attempt{Attempt::kTlsFailed, {}, "TLS handshake failed: " + tls_reason(ec, ssl)};
       }
-      if (ec) return failed("TLS handshake: " + ec.message());
+      if (ec) {  // closed during the handshake: most likely not an https port
+        return Attempt{Attempt::kTlsFailed,
+                       {},
+                       "TLS handshake failed: " + error_text(ec) + " (does the member serve https?)"};
+      }
     }
     connection = std::move(conn);
     return std::nullopt;
@@ -350,15 +366,21 @@ struct Client::Impl {
         return failed("no answer within " + budget);
       }
       if (ec.category() == asio::error::get_ssl_category() && ec != ssl::error::stream_truncated) {
-        return Attempt{Attempt::kTlsFailed, {}, "TLS: " + ec.message()};
+        std::string why = "TLS: " + error_text(ec);
+        if (why.find("alert") != std::string::npos && why.find("certificate") != std::string::npos) {
+          why += options.tls.cert_file.empty()
+                     ? " (the member requires a client certificate: none was given)"
+                     : " (the member refused the client certificate '" + options.tls.cert_file + "')";
+        }
+        return Attempt{Attempt::kTlsFailed, {}, why};
       }
       const bool closed = ec == http::error::end_of_stream || ec == asio::error::eof ||
                           ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
                           ec == ssl::error::stream_truncated || ec == http::error::partial_message;
       if (closed && reused && !header_read)
         return Attempt{Attempt::kMemberFailed, {}, "closed the connection", true};
-      if (call.watch && header_read && closed) return Attempt{Attempt::kWatchEnded, {}, {}};
-      return failed(closed ? "closed the connection" : ec.message());
+      if (call.watch && header_read && closed) return Attempt{Attempt::kWatchEnded, {}, "closed"};
+      return failed(closed ? "closed the connection" : error_text(ec));
     }
     Attempt answer{Attempt::kAnswer, parser.release(), {}};
     if (!answer.reply.keep_alive()) drop_connection();
@@ -404,15 +426,24 @@ struct Client::Impl {
 
   // Runs `call` on the members, in order from the one that answered last, until one answers (or, a watch, its
   // timeout passed: nullopt).
+  // Runs `call` on the members, in order from the one that answered last, until one answers. A watch returns
+  // nullopt once its timeout passed with etcd there to say that nothing changed; a member lost during a watch
+  // (after one answered it) is retried, round the list, until the timeout.
   std::optional<Response> perform(const Call& call) {
     const std::size_t n = options.endpoints.size();
-    std::vector<std::string> failures;  // "host:port: why", since the last member that answered
+    std::vector<std::string> failures;  // "host:port: why", since a member last answered
+    std::string unavailable;            // a watch: the last round in which no member answered
     bool tls_failed = false;
+    bool answered = false;  // a member answered this call (a watch goes on after losing it)
     std::size_t member = current;
     for (;;) {
       const auto started = Clock::now();
       Attempt result = attempt(member, call);
       const std::string name = member_text(member);
+      if (result.kind == Attempt::kAnswer && call.watch && result.reply.result() == http::status::ok &&
+          result.reply.body().find_first_not_of(" \r\n") == std::string::npos) {
+        result.kind = Attempt::kWatchEnded;  // etcd ended the watch without an event: ask again
+      }
       switch (result.kind) {
         case Attempt::kAnswer: {
           std::string failure;
@@ -429,27 +460,42 @@ struct Client::Impl {
           failures.push_back(name + ": " + result.failure);
           break;
         case Attempt::kWatchTimedOut:
-          return std::nullopt;
+          if (failures.empty() && unavailable.empty()) return std::nullopt;
+          break;  // the timeout passed while members were lost: unavailable (below)
         case Attempt::kWatchEnded:
-          // An answer without an event: the watch goes on, at the next member (the same one when alone). A
-          // member that ends watches at once is not asked more than ten times a second.
+          // The watch goes on: at the same member after an empty reply, at the next one (the same one when
+          // alone) after a lost connection. Not more than ten times a second.
           current = member;
+          answered = true;
           failures.clear();
-          if (Clock::now() - started < std::chrono::milliseconds(100)) {
-            std::this_thread::sleep_until(
-                std::min(started + std::chrono::milliseconds(100), call.watch_deadline));
-          }
+          unavailable.clear();
+          if (!result.failure.empty()) member = (member + 1) % n;
+          std::this_thread::sleep_until(std::min(started + kWatchRetryPause, call.watch_deadline));
           if (Clock::now() >= call.watch_deadline) return std::nullopt;
-          member = (member + 1) % n;
           continue;
       }
       if (failures.size() >= n) {
         std::string text;
         for (const auto& f : failures) text += (text.empty() ? "" : "; ") + f;
         if (tls_failed) throw EtcdTlsError("no etcd member answered over TLS: " + text);
-        throw EtcdUnavailableError("no etcd member answered: " + text);
+        if (!call.watch || !answered || Clock::now() >= call.watch_deadline) {
+          throw EtcdUnavailableError("no etcd member answered: " + text);
+        }
+        // A watch whose members were all lost: round the list again, until the timeout.
+        unavailable = text;
+        failures.clear();
+        std::this_thread::sleep_until(std::min(started + kWatchRetryPause, call.watch_deadline));
       }
-      if (call.watch && Clock::now() >= call.watch_deadline) return std::nullopt;
+      if (call.watch && Clock::now() >= call.watch_deadline) {
+        if (!failures.empty() || !unavailable.empty()) {
+          if (!failures.empty()) {
+            for (const auto& f : failures) unavailable += (unavailable.empty() ? "" : "; ") + f;
+          }
+          throw EtcdUnavailableError("no etcd member answered within the watch's " +
+                                     duration_text(call.watch_timeout) + ": " + unavailable);
+        }
+        return std::nullopt;
+      }
       member = (member + 1) % n;
     }
   }
@@ -534,6 +580,7 @@ std::optional<Response> Client::watch(const std::string& key, uint64_t wait_inde
   Call call;
   call.watch = true;
   call.watch_deadline = Clock::now() + timeout;
+  call.watch_timeout = timeout;
   call.key = normalized_key(key);
   FormBuilder query;
   query.add_flag("wait", true);
