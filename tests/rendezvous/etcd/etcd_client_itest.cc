@@ -9,9 +9,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -407,6 +410,40 @@ TEST_CASE("etcd: no member answers: EtcdUnavailableError names each one", "[etcd
   CHECK_THAT(message, Catch::Contains(a.to_string() + ": connection refused"));
   CHECK_THAT(message, Catch::Contains(silent.endpoint().to_string() + ": no answer within 400 ms"));
   WARN("all members dead: " << message);
+}
+
+// The TCP connections to `port` on 127.0.0.1 (/proc/self/net/tcp: every process's, etcd's own to itself too),
+// by state: established (01) and time-wait (06, left behind by each connection the client side closed).
+std::pair<int, int> connections_to(uint16_t port) {
+  std::ifstream table("/proc/self/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  int established = 0, time_wait = 0;
+  char remote[16];
+  std::snprintf(remote, sizeof remote, "0100007F:%04X", port);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, rem, state;
+    fields >> slot >> local >> rem >> state;
+    if (rem != remote) continue;
+    if (state == "01") ++established;
+    if (state == "06") ++time_wait;
+  }
+  return {established, time_wait};
+}
+
+TEST_CASE("etcd: one keep-alive connection carries every request", "[etcd]") {
+  EtcdProcess etcd;
+  const auto [established, time_wait] = connections_to(etcd.endpoint().port);
+  {
+    Client client(options_for({etcd.endpoint()}));
+    for (int i = 0; i < 20; ++i) {
+      client.write("/t/keepalive/k", std::to_string(i));
+      CHECK(client.get("/t/keepalive/k").node.value == std::to_string(i));
+    }
+    CHECK(connections_to(etcd.endpoint().port) == std::pair{established + 1, time_wait});
+  }
+  CHECK(connections_to(etcd.endpoint().port).first == established);  // the destructor closed it
 }
 
 TEST_CASE("etcd: a kept connection to a restarted member is replaced", "[etcd][failover]") {
