@@ -13,6 +13,9 @@ packages=(
   clang libclang-rt-14-dev
   iproute2 procps psmisc
   debootstrap util-linux
+  # rendezvous/etcd: OpenSSL for https; the etcd rendezvous tests run real etcd members (python-etcd for
+  # torchrun's etcd backends) with certificates made by the openssl CLI
+  libssl-dev etcd-server etcd-client python3-etcd openssl
 )
 if [[ "${DDPRUN_DEPS_SLURM:-0}" == 1 ]]; then
   packages+=(slurm-wlm munge)
