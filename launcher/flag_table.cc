@@ -14,7 +14,7 @@ constexpr FlagSpec kFlags[] = {
     {K::kValue, "--nnodes", "NNODES", "Number of nodes, N or MIN:MAX", "1:1", false},
     {K::kValue, "--nproc_per_node,--nproc-per-node", "NPROC_PER_NODE",
      "Workers per node: int, cpu, gpu or auto", "1", false},
-    {K::kValue, "--rdzv_backend,--rdzv-backend", "RDZV_BACKEND", "Rendezvous backend: static or c10d",
+    {K::kValue, "--rdzv_backend,--rdzv-backend", "RDZV_BACKEND", "Rendezvous backend: static, c10d, etcd or etcd-v2",
      "static", false},
     {K::kValue, "--rdzv_endpoint,--rdzv-endpoint", "RDZV_ENDPOINT", "Rendezvous endpoint host[:port]", "",
      false},
