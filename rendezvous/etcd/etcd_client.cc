@@ -331,6 +331,13 @@ struct Client::Impl {
     return std::nullopt;
   }
 
+  // Why a member that asks for a client certificate may have refused this client.
+  std::string client_certificate_hint() const {
+    return options.tls.cert_file.empty()
+               ? " (the member requires a client certificate: none was given)"
+               : " (the member refused the client certificate '" + options.tls.cert_file + "')";
+  }
+
   static Attempt failed(std::string why) { return Attempt{Attempt::kMemberFailed, {}, std::move(why)}; }
 
   // Writes the request and reads the reply on the current connection. The reply's header is due by
@@ -339,6 +346,7 @@ struct Client::Impl {
   Attempt exchange(Stream& stream, http::request<http::string_body>& request, const Call& call,
                    Clock::time_point header_deadline, Clock::time_point body_deadline) {
     Connection& conn = *connection;
+    const bool conn_tls = conn.tls != nullptr;
     const bool reused = conn.reused;
     conn.reused = true;
     const std::string budget = duration_text(options.request_timeout);
@@ -368,17 +376,25 @@ struct Client::Impl {
       if (ec.category() == asio::error::get_ssl_category() && ec != ssl::error::stream_truncated) {
         std::string why = "TLS: " + error_text(ec);
         if (why.find("alert") != std::string::npos && why.find("certificate") != std::string::npos) {
-          why += options.tls.cert_file.empty()
-                     ? " (the member requires a client certificate: none was given)"
-                     : " (the member refused the client certificate '" + options.tls.cert_file + "')";
+          why += client_certificate_hint();
         }
         return Attempt{Attempt::kTlsFailed, {}, why};
       }
       const bool closed = ec == http::error::end_of_stream || ec == asio::error::eof ||
                           ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
                           ec == ssl::error::stream_truncated || ec == http::error::partial_message;
-      if (closed && reused && !header_read)
+      if (closed && reused && !header_read) {
         return Attempt{Attempt::kMemberFailed, {}, "closed the connection", true};
+      }
+      if (closed && conn_tls && !header_read) {
+        // TLS 1.3 checks the client's certificate after the client's handshake ended: a member that refuses
+        // it sends an alert and closes, and the close (a reset, as the request is unread) may overtake the
+        // alert.
+        return Attempt{
+            Attempt::kTlsFailed,
+            {},
+            "TLS: the member closed the connection after the handshake" + client_certificate_hint()};
+      }
       if (call.watch && header_read && closed) return Attempt{Attempt::kWatchEnded, {}, "closed"};
       return failed(closed ? "closed the connection" : error_text(ec));
     }
