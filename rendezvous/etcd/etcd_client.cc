@@ -18,10 +18,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+
+#include "rendezvous/etcd/etcd_v2_codec.h"
 
 namespace ddprun::rdzv::etcd {
 namespace {
@@ -48,43 +49,6 @@ std::string duration_text(std::chrono::milliseconds d) {
   return text;
 }
 
-void append_encoded(std::string& out, std::string_view bytes, bool keep_slash) {
-  static const char* const kHex = "0123456789ABCDEF";
-  for (const char ch : bytes) {
-    const auto c = static_cast<unsigned char>(ch);
-    const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                            c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
-    if (unreserved) {
-      out += ch;
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-}
-
-// "name=value&..." with both percent-encoded: a query string or an x-www-form-urlencoded body.
-class FormBuilder {
- public:
-  FormBuilder& add(std::string_view name, std::string_view value) {
-    if (!text_.empty()) text_ += '&';
-    append_encoded(text_, name, false);
-    text_ += '=';
-    append_encoded(text_, value, false);
-    return *this;
-  }
-  FormBuilder& add_flag(std::string_view name, bool value) { return add(name, value ? "true" : "false"); }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-};
-
-std::string normalized_key(const std::string& key) {
-  return key.empty() || key[0] != '/' ? "/" + key : key;
-}
-
 // An error's text as a message's clause: "connection refused", not "Connection refused".
 std::string error_text(const error_code& ec) {
   std::string text = ec.message();
@@ -103,20 +67,6 @@ std::string tls_reason(const error_code& ec, SSL* ssl) {
     if (verify != X509_V_OK) reason += " (" + std::string(X509_verify_cert_error_string(verify)) + ")";
   }
   return reason;
-}
-
-Node parse_node(const nlohmann::json& j) {
-  Node node;
-  node.key = j.value("key", std::string());
-  node.dir = j.value("dir", false);
-  node.value = j.value("value", std::string());
-  node.created_index = j.value("createdIndex", uint64_t{0});
-  node.modified_index = j.value("modifiedIndex", uint64_t{0});
-  if (j.contains("ttl")) node.ttl = j.at("ttl").get<int64_t>();
-  if (j.contains("nodes")) {
-    for (const auto& child : j.at("nodes")) node.nodes.push_back(parse_node(child));
-  }
-  return node;
 }
 
 // One request as the caller made it.
@@ -144,63 +94,6 @@ struct Attempt {
   std::string failure;
   bool stale = false;  // a kept connection the member had closed meanwhile
 };
-
-// What etcd's reply to `call` from `member` says: a Response, or one of the errors of etcd_client.h. Returns
-// nullopt (and sets `failure`) for a member without a leader (error codes 300-302): try the next one.
-std::optional<Response> read_reply(const http::response<http::string_body>& reply, const Call& call,
-                                   const std::string& member, std::string& failure) {
-  const unsigned status = reply.result_int();
-  const std::string request_text = std::string(http::to_string(call.method)) + " " + call.target;
-  auto not_etcd = [&](const std::string& why) {
-    std::string body = reply.body().substr(0, 120);
-    for (char& c : body) {
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    }
-    return EtcdProtocolError(
-        member + " is not an etcd v2 member (" + request_text + ", key " + call.key + "): HTTP " +
-        std::to_string(status) + ", " + why +
-        (body.empty() ? "" : ": \"" + body + (reply.body().size() > 120 ? "...\"" : "\"")));
-  };
-  nlohmann::json doc = nlohmann::json::parse(reply.body(), nullptr, false);
-  if (doc.is_object() && doc.contains("errorCode")) {
-    try {
-      const int code = doc.at("errorCode").get<int>();
-      const std::string message = doc.value("message", std::string());
-      const std::string cause = doc.value("cause", std::string());
-      const uint64_t index = doc.value("index", uint64_t{0});
-      if (code >= 300 && code <= 302) {
-        failure =
-            "etcd error " + std::to_string(code) + ": " + message + (cause.empty() ? "" : " (" + cause + ")");
-        return std::nullopt;
-      }
-      throw EtcdKeyError("etcd key " + call.key + ": " + message + (cause.empty() ? "" : " (" + cause + ")") +
-                             " [etcd error " + std::to_string(code) + " from " + member + "]",
-                         code, index);
-    } catch (const nlohmann::json::exception& e) {
-      throw not_etcd(std::string("an error document that is not etcd's (") + e.what() + ")");
-    }
-  }
-  if (status == 404 && call.target.rfind("/v2/", 0) == 0) {
-    const auto path_end = call.target.find('?');
-    throw EtcdProtocolError(member + " does not serve etcd's v2 API (HTTP 404 for " +
-                            call.target.substr(0, path_end) + "): etcd 3.4+ needs --enable-v2=true");
-  }
-  if (status / 100 != 2) throw not_etcd("not an etcd reply");
-  if (!doc.is_object() || !doc.contains("action") || !doc.contains("node")) {
-    throw not_etcd(doc.is_discarded() ? "not JSON" : "JSON without etcd's \"action\" and \"node\"");
-  }
-  try {
-    Response response;
-    response.action = doc.at("action").get<std::string>();
-    response.node = parse_node(doc.at("node"));
-    if (doc.contains("prevNode")) response.prev_node = parse_node(doc.at("prevNode"));
-    const auto index = reply.find("X-Etcd-Index");
-    if (index != reply.end()) response.etcd_index = std::stoull(std::string(index->value()));
-    return response;
-  } catch (const std::exception& e) {
-    throw not_etcd(std::string("a reply etcd would not send (") + e.what() + ")");
-  }
-}
 
 }  // namespace
 
@@ -331,6 +224,13 @@ struct Client::Impl {
     return std::nullopt;
   }
 
+  // Why a member that asks for a client certificate may have refused this client.
+  std::string client_certificate_hint() const {
+    return options.tls.cert_file.empty()
+               ? " (the member requires a client certificate: none was given)"
+               : " (the member refused the client certificate '" + options.tls.cert_file + "')";
+  }
+
   static Attempt failed(std::string why) { return Attempt{Attempt::kMemberFailed, {}, std::move(why)}; }
 
   // Writes the request and reads the reply on the current connection. The reply's header is due by
@@ -339,6 +239,7 @@ struct Client::Impl {
   Attempt exchange(Stream& stream, http::request<http::string_body>& request, const Call& call,
                    Clock::time_point header_deadline, Clock::time_point body_deadline) {
     Connection& conn = *connection;
+    const bool conn_tls = conn.tls != nullptr;
     const bool reused = conn.reused;
     conn.reused = true;
     const std::string budget = duration_text(options.request_timeout);
@@ -368,17 +269,25 @@ struct Client::Impl {
       if (ec.category() == asio::error::get_ssl_category() && ec != ssl::error::stream_truncated) {
         std::string why = "TLS: " + error_text(ec);
         if (why.find("alert") != std::string::npos && why.find("certificate") != std::string::npos) {
-          why += options.tls.cert_file.empty()
-                     ? " (the member requires a client certificate: none was given)"
-                     : " (the member refused the client certificate '" + options.tls.cert_file + "')";
+          why += client_certificate_hint();
         }
         return Attempt{Attempt::kTlsFailed, {}, why};
       }
       const bool closed = ec == http::error::end_of_stream || ec == asio::error::eof ||
                           ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
                           ec == ssl::error::stream_truncated || ec == http::error::partial_message;
-      if (closed && reused && !header_read)
+      if (closed && reused && !header_read) {
         return Attempt{Attempt::kMemberFailed, {}, "closed the connection", true};
+      }
+      if (closed && conn_tls && !header_read) {
+        // TLS 1.3 checks the client's certificate after the client's handshake ended: a member that refuses
+        // it sends an alert and closes, and the close (a reset, as the request is unread) may overtake the
+        // alert.
+        return Attempt{
+            Attempt::kTlsFailed,
+            {},
+            "TLS: the member closed the connection after the handshake" + client_certificate_hint()};
+      }
       if (call.watch && header_read && closed) return Attempt{Attempt::kWatchEnded, {}, "closed"};
       return failed(closed ? "closed the connection" : error_text(ec));
     }
@@ -440,14 +349,22 @@ struct Client::Impl {
       const auto started = Clock::now();
       Attempt result = attempt(member, call);
       const std::string name = member_text(member);
-      if (result.kind == Attempt::kAnswer && call.watch && result.reply.result() == http::status::ok &&
-          result.reply.body().find_first_not_of(" \r\n") == std::string::npos) {
+      std::optional<v2::Reply> reply;
+      if (result.kind == Attempt::kAnswer) {
+        reply = v2::Reply{result.reply.result_int(), result.reply.body(), std::nullopt};
+        const auto index = result.reply.find("X-Etcd-Index");
+        if (index != result.reply.end())
+          reply->etcd_index = std::string_view(index->value().data(), index->value().size());
+      }
+      if (reply && call.watch && v2::is_empty_watch_reply(*reply)) {
         result.kind = Attempt::kWatchEnded;  // etcd ended the watch without an event: ask again
       }
       switch (result.kind) {
         case Attempt::kAnswer: {
           std::string failure;
-          auto response = read_reply(result.reply, call, name, failure);
+          const v2::RequestText request{std::string(http::to_string(call.method)), call.target, call.key,
+                                        name};
+          auto response = v2::read_reply(*reply, request, failure);
           current = member;
           if (response) return response;
           failures.push_back(name + ": " + failure);
@@ -528,12 +445,11 @@ std::string Client::endpoints_text() const {
 
 Response Client::get(const std::string& key, const GetOptions& options) {
   Call call;
-  call.key = normalized_key(key);
-  FormBuilder query;
+  call.key = v2::normalized_key(key);
+  v2::Form query;
   if (options.recursive) query.add_flag("recursive", true);
   if (options.quorum) query.add_flag("quorum", true);
-  call.target = "/v2/keys";
-  append_encoded(call.target, call.key, true);
+  call.target = v2::keys_path(call.key);
   if (!query.text().empty()) call.target += "?" + query.text();
   return *impl_->perform(call);
 }
@@ -541,10 +457,9 @@ Response Client::get(const std::string& key, const GetOptions& options) {
 Response Client::write(const std::string& key, const std::string& value, const WriteOptions& options) {
   Call call;
   call.method = http::verb::put;
-  call.key = normalized_key(key);
-  call.target = "/v2/keys";
-  append_encoded(call.target, call.key, true);
-  FormBuilder form;
+  call.key = v2::normalized_key(key);
+  call.target = v2::keys_path(call.key);
+  v2::Form form;
   if (!options.dir && !options.refresh) form.add("value", value);
   if (options.dir) form.add_flag("dir", true);
   if (options.refresh) form.add_flag("refresh", true);
@@ -563,14 +478,13 @@ Response Client::write(const std::string& key, const std::string& value, const W
 Response Client::remove(const std::string& key, const DeleteOptions& options) {
   Call call;
   call.method = http::verb::delete_;
-  call.key = normalized_key(key);
-  FormBuilder query;
+  call.key = v2::normalized_key(key);
+  v2::Form query;
   if (options.prev_value) query.add("prevValue", *options.prev_value);
   if (options.prev_index) query.add("prevIndex", std::to_string(*options.prev_index));
   if (options.dir) query.add_flag("dir", true);
   if (options.recursive) query.add_flag("recursive", true);
-  call.target = "/v2/keys";
-  append_encoded(call.target, call.key, true);
+  call.target = v2::keys_path(call.key);
   if (!query.text().empty()) call.target += "?" + query.text();
   return *impl_->perform(call);
 }
@@ -581,13 +495,12 @@ std::optional<Response> Client::watch(const std::string& key, uint64_t wait_inde
   call.watch = true;
   call.watch_deadline = Clock::now() + timeout;
   call.watch_timeout = timeout;
-  call.key = normalized_key(key);
-  FormBuilder query;
+  call.key = v2::normalized_key(key);
+  v2::Form query;
   query.add_flag("wait", true);
   if (wait_index > 0) query.add("waitIndex", std::to_string(wait_index));
   if (recursive) query.add_flag("recursive", true);
-  call.target = "/v2/keys";
-  append_encoded(call.target, call.key, true);
+  call.target = v2::keys_path(call.key);
   call.target += "?" + query.text();
   return impl_->perform(call);
 }
