@@ -37,6 +37,7 @@ using boost::system::error_code;
 
 constexpr unsigned kHttp11 = 11;
 constexpr auto kWatchRetryPause = std::chrono::milliseconds(100);  // a watch asks again at most this often
+constexpr auto kRetryPause = std::chrono::milliseconds(200);  // between two rounds of the members (no answer)
 constexpr std::size_t kMaxReplyBytes = 256u << 20;                 // a recursive listing of a large tree
 
 // "5 s", "1.5 s", "300 ms".
@@ -345,6 +346,8 @@ struct Client::Impl {
     bool tls_failed = false;
     bool answered = false;  // a member answered this call (a watch goes on after losing it)
     std::size_t member = current;
+    const auto call_started = Clock::now();
+    int extra_rounds = 0;  // rounds of the list after every member had failed once
     for (;;) {
       const auto started = Clock::now();
       Attempt result = attempt(member, call);
@@ -395,7 +398,22 @@ struct Client::Impl {
         std::string text;
         for (const auto& f : failures) text += (text.empty() ? "" : "; ") + f;
         if (tls_failed) throw EtcdTlsError("no etcd member answered over TLS: " + text);
-        if (!call.watch || !answered || Clock::now() >= call.watch_deadline) {
+        if (!call.watch) {
+          // Every member failed once: a leader election, or members restarting. Round the list again while the
+          // request timeout lasts (an election takes about a second); then give up.
+          if (Clock::now() + kRetryPause < call_started + options.request_timeout) {
+            ++extra_rounds;
+            failures.clear();
+            std::this_thread::sleep_for(kRetryPause);
+            member = (member + 1) % n;
+            continue;
+          }
+          throw EtcdUnavailableError(
+              (extra_rounds == 0 ? "no etcd member answered: "
+                                 : "no etcd member answered within " + duration_text(options.request_timeout) + ": ") +
+              text);
+        }
+        if (!answered || Clock::now() >= call.watch_deadline) {
           throw EtcdUnavailableError("no etcd member answered: " + text);
         }
         // A watch whose members were all lost: round the list again, until the timeout.

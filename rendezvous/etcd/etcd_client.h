@@ -5,9 +5,10 @@
 // Members: a client is given every member it may talk to (--rdzv_endpoint "host1:2379,host2:2379"). A request
 // goes to the member that answered last (the first one at the start); when that member cannot be reached,
 // does not answer within the request timeout, closes the connection, or answers that the cluster has no
-// leader (etcd error codes 300-302), the same request goes to the next member, round the list, until every
-// member failed once (EtcdUnavailableError names each member and what went wrong) or the call's deadline
-// passed. A compare-and-swap that timed out on one member and succeeded there anyway is reported as a
+// leader (etcd error codes 300-302), the same request goes to the next member, round the list; when every
+// member failed, the list is tried again every 200 ms (a leader election takes about a second) until the
+// request timeout has passed since the call began: then EtcdUnavailableError names each member and what went
+// wrong in the last round. A compare-and-swap that timed out on one member and succeeded there anyway is reported as a
 // compare failure on the retry (etcd's own behaviour for python-etcd too); callers re-read and decide.
 // One keep-alive connection to the current member is reused between requests.
 //
