@@ -1,0 +1,298 @@
+"""Rendezvous over a real 3-member etcd cluster on network-namespace hosts: torch's own launcher, ddprun, and both
+in one job.
+
+The etcd cluster (tests/integration/etcd_cluster.py) has one member on each of hosts 1..3 (10.99.0.N:2379, v2
+API on); every launcher runs on its own host (tests/integration/netns_hosts.py), the workers are
+scripts/examples/ddp_train.py (gloo DDP on CPUs, 2 per host). The hosts get resolvable names (test-cluster.sh
+`names`): torch's agents publish their host name as MASTER_ADDR. Torch's launcher is the workers' own
+(`PYTHON -m torch.distributed.run`: 1.13 on the host, 2.6 in the .torch26 variant), with `--redirects 1 --tee 1`
+(Debian's torch 1.13.1 on Python 3.11 crashes with the default 0/0: IntFlag iteration) and
+`--monitor_interval 0.1`. A job's ranks must be 0..W-1 once each, with world size W and identical parameters
+on every rank (NetnsHosts.assert_results).
+
+TorchrunOnEtcd - torch alone, on both of torch's etcd backends:
+  - `etcd` (EtcdRendezvousHandler, the legacy protocol), 2 and 3 agents, and 2 agents on the TLS cluster;
+  - `etcd-v2` (DynamicRendezvousHandler over EtcdRendezvousBackend), 3 agents.
+DdprunOnEtcd - ddprun (issue 28: --rdzv_backend etcd / etcd-v2, which land in parallel with these tests):
+  (a) a mixed job: torchrun on host 1, ddprun on hosts 2 and 3, on `etcd`;
+  (b) ddprun alone on `etcd` and on `etcd-v2` with the list of all three endpoints;
+  (c) the etcd leader SIGKILLed mid-training: the job finishes;
+  (d) the leader SIGKILLed while two agents wait for a third, which joins after the kill: the job forms;
+  (e) 2 of 3 members dead before the start: exit non-zero within about read_timeout, naming the endpoints;
+  (f) a TLS cluster with client certificates: trains; with the wrong CA, exits non-zero naming the certificate;
+  (g) etcd-v2 with --nnodes 2:3: a node lost, a node joining.
+"""
+import json
+import os
+import re
+import time
+import unittest
+import uuid
+
+from ddprun_testlib import EXPECTED_TORCH, PYTHON
+from etcd_cluster import EtcdCluster
+from netns_hosts import NPROC, TRAIN, HostAgent, HostsTestCase, address, cluster, host_pids, rounds_of, wait_until
+
+TORCH_113 = not (EXPECTED_TORCH or "").startswith("2.")
+JOB_TIMEOUT = 180  # seconds for one short job: 4-6 workers import torch on a 2-core machine
+STEPS = 30  # a job that is not stopped by the test trains this many steps (a few seconds)
+# ddprun's elastic timeouts, test-sized (as in test_elastic_netns): a lost node seen in ~3 s, a round of at
+# least MIN nodes closes 1 s after the last one joined.
+DDPRUN_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
+HOST_NAMES = [f"ddprun-h{h}" for h in (1, 2, 3, 4)]
+
+
+class EtcdHostsTestCase(HostsTestCase):
+    """HostsTestCase with resolvable host names, an etcd cluster per test (etcd()), and launchers of both kinds."""
+
+    @classmethod
+    def bring_up(cls):
+        super().bring_up()
+        cluster("names", *HOST_NAMES)  # torch's agents publish socket.getfqdn() as the workers' MASTER_ADDR
+
+    def etcd(self, **options):
+        """A started 3-member cluster on hosts 1..3 (EtcdCluster options: tls, v2); stopped after the test, first
+        of all clean-ups (so that no etcd process is ever left, whatever the test did)."""
+        etcd = EtcdCluster(self.path("etcd"), **options)
+        self.addCleanup(etcd.stop)
+        began = time.monotonic()
+        etcd.start()
+        print(f"\n  etcd cluster healthy in {time.monotonic() - began:.1f} s (tls={etcd.tls}, v2={etcd.v2})",
+              flush=True)
+        self.cluster = etcd
+        return etcd
+
+    def train_args(self, steps=STEPS):
+        return [TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16", "--log-every", "10",
+                "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"), "--out", self.path("out"),
+                "--stop-file", self.path("stop")]
+
+    def torchrun(self, host, backend, nnodes, endpoint=None, conf=None, steps=STEPS):
+        """torch's launcher (the workers' torch) on `host`; the endpoint is host 1's etcd unless given."""
+        args = ["-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc_per_node", str(NPROC),
+                "--rdzv_backend", backend, "--rdzv_endpoint", endpoint or f"{address(1)}:2379",
+                "--rdzv_id", self.run_id, "--max_restarts", "0", "--monitor_interval", "0.1",
+                "--redirects", "1", "--tee", "1", "--log_dir", self.path(f"logs-h{host}")]
+        if conf:
+            args += ["--rdzv_conf", conf]
+        agent = HostAgent(host, args + self.train_args(steps), self.path(f"torchrun-h{host}.log"), program=PYTHON,
+                          env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+        self.agents.append(agent)
+        return agent
+
+    def ddprun(self, host, backend, nnodes, endpoint=None, conf="", steps=STEPS, max_restarts=3):
+        """ddprun on `host`; the endpoint is all three members unless given; `conf` is added to DDPRUN_CONF."""
+        args = ["--nnodes", str(nnodes), "--nproc_per_node", str(NPROC), "--rdzv_backend", backend,
+                "--rdzv_endpoint", endpoint or self.cluster.endpoints(), "--rdzv_id", self.run_id,
+                "--rdzv_conf", ",".join(c for c in (DDPRUN_CONF, conf) if c),
+                "--max_restarts", str(max_restarts), "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
+                "--python", PYTHON, *self.train_args(steps)]
+        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env={"OMP_NUM_THREADS": "1"})
+        self.agents.append(agent)
+        return agent
+
+    def assert_job(self, agents, world_size):
+        """Every agent exits 0; the ranks are 0..world_size-1 once each, parameters identical everywhere."""
+        self.assert_exit_zero(agents)
+        return self.assert_results(world_size)
+
+    def assert_fails(self, agent, timeout):
+        """The agent exits non-zero within `timeout` s; returns (exit code, seconds, its log)."""
+        rc = agent.wait(timeout)
+        elapsed = time.monotonic() - agent.started
+        self.assertNotEqual(rc, 0, agent.describe())
+        return rc, elapsed, agent.log()
+
+    def wait_steps(self, agent, count=1):
+        """Waits until rank 0 (on `agent`'s host) logged `count` training steps since the agent started."""
+        wait_until(lambda: len(re.findall(r"step \d+/\d+ loss", agent.log())) >= count, 120,
+                   f"{count} logged training step(s) on host {agent.host}", self.describe_all)
+
+    def describe_all(self):
+        text = "\n".join(a.describe() for a in self.agents)
+        return text + ("\n" + self.cluster.describe() if getattr(self, "cluster", None) else "")
+
+    def rendezvous_keys(self):
+        """Every etcd v2 key (recursive listing from a live member) whose path or value mentions this run."""
+        etcd = self.cluster
+        for i in etcd.members_alive():
+            try:
+                status, body = etcd.request(i, "/v2/keys/?recursive=true&quorum=false")
+            except (OSError, ValueError):
+                continue
+            if status == 200 and isinstance(body, dict):
+                found = {}
+
+                def walk(node):
+                    for child in node.get("nodes", []):
+                        walk(child)
+                    if "value" in node and (self.run_id in node["key"] or self.run_id in node["value"]):
+                        found[node["key"]] = node["value"]
+
+                walk(body.get("node", {}))
+                return found
+        return {}
+
+
+class TorchrunOnEtcd(EtcdHostsTestCase):
+    """torch's own launcher on torch's etcd backends: what ddprun's etcd backends must interoperate with."""
+
+    def run_torch_job(self, backend, hosts, conf=None):
+        agents = [self.torchrun(h, backend, len(hosts), conf=conf) for h in hosts]
+        return self.assert_job(agents, len(hosts) * NPROC)
+
+    def test_etcd_backend_two_agents(self):
+        self.etcd()
+        self.run_torch_job("etcd", (1, 2))
+
+    def test_etcd_backend_three_agents(self):
+        self.etcd()
+        self.run_torch_job("etcd", (1, 2, 3))
+        # The legacy protocol's state: /torchelastic/p2p/run_<id>/rdzv/active_version, final with 3 participants.
+        keys = self.rendezvous_keys()
+        self.assertTrue(any(k.endswith("/rdzv/active_version") for k in keys), keys)
+
+    def test_etcd_backend_over_tls(self):
+        etcd = self.etcd(tls=True)
+        self.run_torch_job("etcd", (1, 2), conf=f"protocol=https,cacert={etcd.ca_file},cert={etcd.client_cert},"
+                                                f"key={etcd.client_key}")
+
+    def test_etcd_v2_backend_three_agents(self):
+        self.etcd()
+        self.run_torch_job("etcd-v2", (1, 2, 3), conf="last_call_timeout=1,read_timeout=10")
+
+
+class DdprunOnEtcd(EtcdHostsTestCase):
+    """ddprun's --rdzv_backend etcd (torch's legacy protocol) and etcd-v2 (its dynamic rendezvous over etcd)."""
+
+    def test_a_mixed_job_torchrun_and_ddprun_on_etcd(self):
+        self.etcd()
+        agents = [self.torchrun(1, "etcd", 3)]
+        agents += [self.ddprun(h, "etcd", 3, endpoint=f"{address(1)}:2379") for h in (2, 3)]
+        self.assert_job(agents, 3 * NPROC)
+
+    def test_b_ddprun_alone_on_etcd_and_etcd_v2(self):
+        self.etcd()
+        for backend in ("etcd", "etcd-v2"):
+            with self.subTest(backend=backend):
+                self.run_id = f"etcd-{uuid.uuid4().hex[:8]}"
+                for stale in ("out", "checkpoint.pt"):
+                    self._remove(stale)
+                agents = [self.ddprun(h, backend, 3) for h in (1, 2, 3)]
+                self.assert_job(agents, 3 * NPROC)
+                self.agents = []
+
+    def _remove(self, name):
+        path = self.path(name)
+        if os.path.isdir(path):
+            for f in os.listdir(path):
+                os.remove(os.path.join(path, f))
+        elif os.path.exists(path):
+            os.remove(path)
+
+    def leader_killed_mid_training(self, backend):
+        etcd = self.etcd()
+        agents = [self.ddprun(h, backend, 3, steps=2000) for h in (1, 2, 3)]
+        self.wait_steps(agents[0])
+        leader = etcd.leader()
+        etcd.kill(leader)
+        new, seconds = etcd.wait_leader_other_than(leader)
+        print(f"\n  {backend}: killed etcd leader m{leader + 1}; m{new + 1} leads after {seconds:.1f} s", flush=True)
+        steps = len(re.findall(r"step \d+/\d+ loss", agents[0].log()))
+        self.wait_steps(agents[0], steps + 2)  # trains on after the election
+        self.stop_training()
+        self.assert_job(agents, 3 * NPROC)
+
+    def test_c_etcd_leader_killed_mid_training_etcd(self):
+        self.leader_killed_mid_training("etcd")
+
+    def test_c_etcd_leader_killed_mid_training_etcd_v2(self):
+        self.leader_killed_mid_training("etcd-v2")
+
+    def leader_killed_mid_rendezvous(self, backend):
+        etcd = self.etcd()
+        agents = [self.ddprun(h, backend, 3) for h in (1, 2)]
+        # Both agents have joined: the legacy protocol's active_version lists 2 participants; the dynamic
+        # state (an opaque blob) exists and both agents still wait.
+        def joined():
+            keys = self.rendezvous_keys()
+            if backend == "etcd":
+                return any(k.endswith("/rdzv/active_version") and len(json.loads(v).get("participants", [])) == 2
+                           for k, v in keys.items())
+            return bool(keys)
+
+        wait_until(joined, 60, "two agents in the rendezvous", lambda: f"{self.rendezvous_keys()}\n"
+                                                                       f"{self.describe_all()}")
+        self.assertTrue(all(a.proc.poll() is None for a in agents), self.describe_all())
+        leader = etcd.leader()
+        etcd.kill(leader)
+        agents.append(self.ddprun(3, backend, 3))
+        self.assert_job(agents, 3 * NPROC)
+
+    def test_d_etcd_leader_killed_mid_rendezvous_etcd(self):
+        self.leader_killed_mid_rendezvous("etcd")
+
+    def test_d_etcd_leader_killed_mid_rendezvous_etcd_v2(self):
+        self.leader_killed_mid_rendezvous("etcd-v2")
+
+    def test_e_two_of_three_members_dead_fails_naming_them(self):
+        etcd = self.etcd()
+        etcd.kill(0)
+        etcd.kill(1)
+        dead = [etcd.endpoint(0), etcd.endpoint(1)]
+        for backend in ("etcd", "etcd-v2"):
+            with self.subTest(backend=backend):
+                agent = self.ddprun(4, backend, 2, conf="read_timeout=5,timeout=5")
+                rc, elapsed, log = self.assert_fails(agent, 60)
+                self.assertLess(elapsed, 5 + 20, f"read_timeout=5 but ddprun took {elapsed:.1f} s\n{log}")
+                for endpoint in dead:
+                    self.assertIn(endpoint, log, log)
+                wait_until(lambda: not host_pids(4), 15, "no process left on host 4",
+                           lambda: f"left on host 4: {host_pids(4)}")
+
+    def test_f_tls_cluster_trains_and_the_wrong_ca_is_refused(self):
+        etcd = self.etcd(tls=True)
+        confs = {"etcd": f"protocol=https,cacert={{ca}},cert={etcd.client_cert},key={etcd.client_key}",
+                 "etcd-v2": f"protocol=https,ssl_cert={etcd.client_cert},ssl_cert_key={etcd.client_key},"
+                            f"ca_cert={{ca}}"}
+        for backend, conf in confs.items():
+            with self.subTest(backend=backend, ca="right"):
+                self.run_id = f"tls-{uuid.uuid4().hex[:8]}"
+                self._remove("out")
+                self._remove("checkpoint.pt")
+                agents = [self.ddprun(h, backend, 2, conf=conf.format(ca=etcd.ca_file)) for h in (1, 2)]
+                self.assert_job(agents, 2 * NPROC)
+                self.agents = []
+            with self.subTest(backend=backend, ca="wrong"):
+                agent = self.ddprun(4, backend, 2, conf=conf.format(ca=etcd.wrong_ca_file) + ",read_timeout=5")
+                rc, elapsed, log = self.assert_fails(agent, 60)
+                self.assertRegex(log.lower(), r"certificate", log)
+
+    def test_g_etcd_v2_node_lost_and_node_joining(self):
+        self.etcd()
+        agents = [self.ddprun(h, "etcd-v2", "2:3", steps=2000) for h in (1, 2, 3)]
+        self.wait_for_training(agents[0], nodes=3)
+        victim = agents[2]
+        victim.proc.kill()
+        victim.proc.wait(timeout=10)
+        wait_until(lambda: not host_pids(3) or host_pids(3) == self.etcd_pids(3), 15,
+                   "host 3's workers to die with their agent")
+        self.wait_for_training(agents[0], nodes=2)
+        agents.append(self.ddprun(4, "etcd-v2", "2:3", steps=2000))
+        self.wait_for_training(agents[0], nodes=3)
+        self.stop_training()
+        survivors = [agents[0], agents[1], agents[3]]
+        self.assert_exit_zero(survivors)
+        for agent in survivors:
+            rounds = rounds_of(agent.log())
+            self.assertEqual(rounds[-1][1:], (3, 3 * NPROC), f"rounds {rounds}\n{agent.describe()}")
+        self.assert_results(3 * NPROC)
+
+    def etcd_pids(self, host):
+        """The pids on `host` that are its etcd member (host 3 runs one besides its agent)."""
+        m = self.cluster.members[host - 1]
+        return [m.proc.pid] if m.alive() else []
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
