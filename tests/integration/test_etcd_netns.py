@@ -40,6 +40,11 @@ STEPS = 30  # a job that is not stopped by the test trains this many steps (a fe
 # least MIN nodes closes 1 s after the last one joined.
 DDPRUN_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
 HOST_NAMES = [f"ddprun-h{h}" for h in (1, 2, 3, 4)]
+# Without an agent store (torch's etcd backends: TORCHELASTIC_USE_AGENT_STORE=False) rank 0's worker hosts the
+# job's TCPStore through init_process_group's env://, which in torch 2.x passes use_libuv=(USE_LIBUV, default
+# "1") explicitly: Debian 13's torch 2.6, built without libuv, then fails with "use_libuv was requested but
+# PyTorch was build without libuv support" (scripts/torch26/ddprun_torch_no_libuv.py only changes the default).
+LAUNCHER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **({} if TORCH_113 else {"USE_LIBUV": "0"})}
 
 
 class EtcdHostsTestCase(HostsTestCase):
@@ -76,7 +81,7 @@ class EtcdHostsTestCase(HostsTestCase):
         if conf:
             args += ["--rdzv_conf", conf]
         agent = HostAgent(host, args + self.train_args(steps), self.path(f"torchrun-h{host}.log"), program=PYTHON,
-                          env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+                          env=dict(LAUNCHER_ENV, LOGLEVEL="INFO"))
         self.agents.append(agent)
         return agent
 
@@ -87,7 +92,7 @@ class EtcdHostsTestCase(HostsTestCase):
                 "--rdzv_conf", ",".join(c for c in (DDPRUN_CONF, conf) if c),
                 "--max_restarts", str(max_restarts), "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
                 "--python", PYTHON, *self.train_args(steps)]
-        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env={"OMP_NUM_THREADS": "1"})
+        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env=LAUNCHER_ENV)
         self.agents.append(agent)
         return agent
 
