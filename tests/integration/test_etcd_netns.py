@@ -180,6 +180,19 @@ class TorchrunOnEtcd(EtcdHostsTestCase):
         self.etcd()
         self.run_torch_job("etcd-v2", (1, 2, 3), conf="last_call_timeout=1,read_timeout=10")
 
+    def test_etcd_without_the_v2_api_fails_both_backends(self):
+        # etcd 3.4 serves only the v3 API unless --enable-v2 (3.6 removed v2): python-etcd's requests get 404s.
+        self.etcd(v2=False)
+        agents = {backend: self.torchrun(host, backend, 2, conf="read_timeout=5,timeout=10,join_timeout=10")
+                  for host, backend in ((1, "etcd"), (2, "etcd-v2"))}
+        for backend, agent in agents.items():
+            rc, elapsed, log = self.assert_fails(agent, 90)
+            # What torch says (1.13 and 2.6): python-etcd's "etcd.EtcdException: Bad response : 404 page not
+            # found"; etcd-v2 wraps it in RendezvousConnectionError "The connection to etcd has failed".
+            self.assertIn("Bad response : 404 page not found", log, log[-3000:])
+            if backend == "etcd-v2":
+                self.assertIn("RendezvousConnectionError: The connection to etcd has failed", log, log[-3000:])
+
 
 class DdprunOnEtcd(EtcdHostsTestCase):
     """ddprun's --rdzv_backend etcd (torch's legacy protocol) and etcd-v2 (its dynamic rendezvous over etcd)."""
