@@ -29,12 +29,15 @@ Torch's etcd-v2 was broken in 2.3-2.5 (pytorch #123714, #132950: "etcd.EtcdKeyNo
 import json
 import os
 import re
+import ssl
 import time
 import unittest
+import urllib.request
 
 from ddprun_testlib import EXPECTED_TORCH, PYTHON
 from etcd_cluster import EtcdCluster
-from netns_hosts import NPROC, TRAIN, HostAgent, HostsTestCase, address, cluster, host_pids, rounds_of, wait_until
+from netns_hosts import (NPROC, ROUND_LINE, TRAIN, HostAgent, HostsTestCase, address, cluster, host_pids, rounds_of,
+                         wait_until)
 
 TORCH_113 = not (EXPECTED_TORCH or "").startswith("2.")
 JOB_TIMEOUT = 180  # seconds for one short job: 4-6 workers import torch on a 2-core machine
@@ -111,8 +114,15 @@ class EtcdHostsTestCase(HostsTestCase):
         return agent
 
     def assert_job(self, agents, world_size):
-        """Every agent exits 0; the ranks are 0..world_size-1 once each, parameters identical everywhere."""
-        self.assert_exit_zero(agents)
+        """Every agent exits 0 (the first non-zero exit fails at once); the ranks are 0..world_size-1 once each,
+        parameters identical everywhere."""
+        def ended():
+            failed = [a for a in agents if a.proc.poll() not in (None, 0)]
+            if failed:
+                raise AssertionError(f"the agent on host {failed[0].host} exited {failed[0].proc.returncode}\n{self.describe_all()}")
+            return all(a.proc.poll() == 0 for a in agents)
+
+        wait_until(ended, JOB_TIMEOUT, "every agent to exit 0", self.describe_all)
         return self.assert_results(world_size)
 
     def assert_fails(self, agent, timeout):
@@ -122,10 +132,29 @@ class EtcdHostsTestCase(HostsTestCase):
         self.assertNotEqual(rc, 0, agent.describe())
         return rc, elapsed, agent.log()
 
+    def running(self, predicate):
+        """predicate, failing at once (not at the wait's deadline) when an agent of the test has exited."""
+        def check():
+            ended = [a for a in self.agents if a.proc.poll() is not None and not getattr(a, "killed", False)]
+            if ended:
+                raise AssertionError(f"ddprun/torchrun on host {ended[0].host} exited {ended[0].proc.returncode} "
+                                     f"while the test waited\n{self.describe_all()}")
+            return predicate()
+        return check
+
     def wait_steps(self, agent, count=1):
         """Waits until rank 0 (on `agent`'s host) logged `count` training steps since the agent started."""
-        wait_until(lambda: len(re.findall(r"step \d+/\d+ loss", agent.log())) >= count, 120,
+        wait_until(self.running(lambda: len(re.findall(r"step \d+/\d+ loss", agent.log())) >= count), 120,
                    f"{count} logged training step(s) on host {agent.host}", self.describe_all)
+
+    def wait_for_training(self, agent, nodes):
+        """HostsTestCase.wait_for_training, failing at once when an agent exits."""
+        def training():
+            log = agent.log()
+            last = list(ROUND_LINE.finditer(log))[-1:]
+            return last and int(last[0][3]) == nodes and re.search(r"step \d+/\d+ loss", log[last[0].end():])
+
+        wait_until(self.running(training), 90, f"training steps in a round of {nodes} nodes", self.describe_all)
 
     def describe_all(self):
         text = "\n".join(a.describe() for a in self.agents)
@@ -151,6 +180,47 @@ class EtcdHostsTestCase(HostsTestCase):
                 walk(body.get("node", {}))
                 return found
         return {}
+
+
+class EtcdClusterItself(EtcdHostsTestCase):
+    """The test cluster does what the other tests rely on: a leader election after the leader's SIGKILL, the old
+    leader rejoining with its data, TLS refusing a stranger, and nothing left after stop()."""
+
+    def test_leader_killed_restarted_and_nothing_left(self):
+        etcd = self.etcd()
+        status, _ = etcd.request(0, "/v2/keys/probe", body=None)
+        self.assertEqual(status, 404)  # v2 is served (a missing key, not a missing API)
+        leader = etcd.leader()
+        etcd.kill(leader)
+        self.assertEqual(len(etcd.members_alive()), 2, etcd.describe())
+        new, seconds = etcd.wait_leader_other_than(leader)
+        print(f"\n  killed leader m{leader + 1}: m{new + 1} leads after {seconds:.2f} s", flush=True)
+        etcd.start_member(leader)
+        self.assertEqual(etcd.members_alive(), [0, 1, 2])
+        self.assertIn(etcd.leader(), (0, 1, 2))
+        etcd.stop()
+        self.assertEqual(etcd.leftover_pids(), [])
+        for host in (1, 2, 3):
+            self.assertEqual(host_pids(host), [], f"left on host {host}")
+
+    def test_tls_refuses_a_stranger_and_is_refused_by_the_wrong_ca(self):
+        etcd = self.etcd(tls=True)
+
+        def health(cafile, cert, key):
+            ctx = ssl.create_default_context(cafile=cafile)
+            ctx.load_cert_chain(cert, key)
+            try:
+                with urllib.request.urlopen(f"https://{etcd.endpoint(0)}/health", timeout=5, context=ctx) as r:
+                    return r.read().decode()
+            except (OSError, ssl.SSLError) as e:  # URLError wraps the TLS error
+                return f"error: {e}"
+
+        self.assertIn('"health":"true"', health(etcd.ca_file, etcd.client_cert, etcd.client_key))
+        # The client does not trust the server (another CA): certificate verify failed.
+        self.assertIn("certificate verify failed", health(etcd.wrong_ca_file, etcd.client_cert, etcd.client_key))
+        # The server does not trust the client (--client-cert-auth, a certificate of another CA).
+        refused = health(etcd.ca_file, etcd.wrong_client_cert, etcd.wrong_client_key)
+        self.assertTrue(refused.startswith("error:"), refused)
 
 
 class TorchrunOnEtcd(EtcdHostsTestCase):
@@ -245,7 +315,7 @@ class DdprunOnEtcd(EtcdHostsTestCase):
                            for k, v in keys.items())
             return bool(keys)
 
-        wait_until(joined, 60, "two agents in the rendezvous", lambda: f"{self.rendezvous_keys()}\n"
+        wait_until(self.running(joined), 60, "two agents in the rendezvous", lambda: f"{self.rendezvous_keys()}\n"
                                                                        f"{self.describe_all()}")
         self.assertTrue(all(a.proc.poll() is None for a in agents), self.describe_all())
         leader = etcd.leader()
@@ -305,13 +375,15 @@ class DdprunOnEtcd(EtcdHostsTestCase):
         for host, backend in ((1, "etcd"), (2, "etcd-v2")):
             agent = self.ddprun(host, backend, 2, conf="read_timeout=5,timeout=10,join_timeout=10")
             rc, elapsed, log = self.assert_fails(agent, 60)
-            self.assertIn("v2", log, log)
+            self.assertIn(address(1), log, log)  # the endpoint, and what it lacks
+            self.assertRegex(log, r"v2 API|enable-v2", log)
 
     def test_g_etcd_v2_node_lost_and_node_joining(self):
         self.etcd()
         agents = [self.ddprun(h, "etcd-v2", "2:3", steps=2000) for h in (1, 2, 3)]
         self.wait_for_training(agents[0], nodes=3)
         victim = agents[2]
+        victim.killed = True
         victim.proc.kill()
         victim.proc.wait(timeout=10)
         wait_until(lambda: set(host_pids(3)) <= set(self.etcd_pids(3)), 15,
