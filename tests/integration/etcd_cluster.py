@@ -3,7 +3,7 @@
     cluster = EtcdCluster(directory)              # members on test hosts 1..3 (scripts/test-cluster.sh)
     cluster.start()                               # returns once every member reports healthy (or raises)
     cluster.endpoints()                           # "10.99.0.1:2379,10.99.0.2:2379,10.99.0.3:2379"
-    cluster.kill(cluster.leader()); cluster.start_member(i)
+    cluster.kill(cluster.leader()); cluster.start_member(i); cluster.make_leader(i)
     cluster.stop()                                # SIGKILL, waited for; also from __exit__
 
     member = start_local_member(directory)        # one member on 127.0.0.1, free ports; member.endpoints()
@@ -365,6 +365,26 @@ class EtcdCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no agreed etcd leader after {timeout} s (members' leaders: {leaders})\n"
                                    f"{self.describe()}")
+            time.sleep(0.1)
+
+    def make_leader(self, i, timeout=30):
+        """Hands leadership to member i (etcd's transfer-leadership, sent to the current leader); returns once
+        the live members agree that i leads. RuntimeError when that does not happen within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        target = self.status(i)
+        if not target:
+            raise RuntimeError(f"etcd member m{i + 1} does not answer\n{self.describe()}")
+        while True:
+            current = self.leader(timeout=max(0.1, deadline - time.monotonic()))
+            if current == i:
+                return
+            try:
+                self.request(current, "/v3/maintenance/transfer-leadership",
+                             body={"targetID": target["header"]["member_id"]}, timeout=10)
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"member m{i + 1} did not become leader in {timeout} s\n{self.describe()}")
             time.sleep(0.1)
 
     def wait_leader_other_than(self, old, timeout=30):

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import ssl
+import subprocess
 import time
 import unittest
 import urllib.request
@@ -69,6 +70,13 @@ class EtcdHostsTestCase(HostsTestCase):
 
     @classmethod
     def bring_up(cls):
+        # torch's etcd backends import python-etcd: the host has python3-etcd, the torch 2.6 root gets it from
+        # scripts/torch26-root.sh's package list (an older root lacks it: rebuilt when its stamp differs).
+        probe = subprocess.run([PYTHON, "-c", "import etcd"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=120)
+        if probe.returncode != 0:
+            raise AssertionError(f"{PYTHON} cannot import etcd (python3-etcd), which torch's etcd rendezvous "
+                                 f"needs; for the torch 2.6 root run scripts/torch26-root.sh:\n{probe.stdout}")
         super().bring_up()
         cluster("names", *HOST_NAMES)  # torch's agents publish socket.getfqdn() as the workers' MASTER_ADDR
 
@@ -142,10 +150,14 @@ class EtcdHostsTestCase(HostsTestCase):
             return predicate()
         return check
 
-    def wait_steps(self, agent, count=1):
-        """Waits until rank 0 (on `agent`'s host) logged `count` training steps since the agent started."""
-        wait_until(self.running(lambda: len(re.findall(r"step \d+/\d+ loss", agent.log())) >= count), 120,
-                   f"{count} logged training step(s) on host {agent.host}", self.describe_all)
+    def steps_logged(self):
+        """Training steps rank 0 logged so far (on whichever host it runs)."""
+        return max(len(re.findall(r"step \d+/\d+ loss", a.log())) for a in self.agents)
+
+    def wait_steps(self, count=1):
+        """Waits until rank 0 logged `count` training steps (every --log-every steps: 10)."""
+        wait_until(self.running(lambda: self.steps_logged() >= count), 120, f"{count} logged training step(s)",
+                   self.describe_all)
 
     def wait_for_training(self, agent, nodes):
         """HostsTestCase.wait_for_training, failing at once when an agent exits."""
@@ -263,6 +275,36 @@ class TorchrunOnEtcd(EtcdHostsTestCase):
             if backend == "etcd-v2":
                 self.assertIn("RendezvousConnectionError: The connection to etcd has failed", log, log[-3000:])
 
+    def test_etcd_backend_leader_killed_mid_training(self):
+        # The leader is a member torch does not talk to (torch's client takes one endpoint: member 1): an
+        # election, nothing else, for torch's agents (their lease renewals and the exit barrier go to member 1).
+        etcd = self.etcd()
+        etcd.make_leader(1)
+        agents = [self.torchrun(h, "etcd", 2, steps=2000) for h in (1, 2)]
+        self.wait_steps()
+        etcd.kill(1)
+        new, seconds = etcd.wait_leader_other_than(1)
+        print(f"\n  killed etcd leader m2; m{new + 1} leads after {seconds:.1f} s", flush=True)
+        self.wait_steps(self.steps_logged() + 2)
+        self.stop_training()
+        self.assert_job(agents, 2 * NPROC)
+
+    def test_etcd_backend_its_only_endpoint_killed_mid_training(self):
+        # torch's etcd client knows one endpoint (--rdzv_endpoint): member 1 SIGKILLed mid-training, the cluster
+        # has quorum and a new leader, but torch's agents have lost etcd. What they do is recorded here.
+        etcd = self.etcd()
+        etcd.make_leader(0)
+        agents = [self.torchrun(h, "etcd", 2, steps=2000) for h in (1, 2)]
+        self.wait_steps()
+        etcd.kill(0)
+        etcd.wait_leader_other_than(0)
+        self.wait_steps(self.steps_logged() + 2)
+        self.stop_training()
+        deadline = time.monotonic() + JOB_TIMEOUT
+        codes = [a.wait(deadline - time.monotonic()) for a in agents]
+        print(f"\n  torchrun exit codes with its only endpoint gone: {codes}", flush=True)
+        print(self.describe_all()[-6000:], flush=True)
+
 
 class DdprunOnEtcd(EtcdHostsTestCase):
     """ddprun's --rdzv_backend etcd (torch's legacy protocol) and etcd-v2 (its dynamic rendezvous over etcd)."""
@@ -287,13 +329,12 @@ class DdprunOnEtcd(EtcdHostsTestCase):
     def leader_killed_mid_training(self, backend):
         etcd = self.etcd()
         agents = [self.ddprun(h, backend, 3, steps=2000) for h in (1, 2, 3)]
-        self.wait_steps(agents[0])
+        self.wait_steps()
         leader = etcd.leader()
         etcd.kill(leader)
         new, seconds = etcd.wait_leader_other_than(leader)
         print(f"\n  {backend}: killed etcd leader m{leader + 1}; m{new + 1} leads after {seconds:.1f} s", flush=True)
-        steps = len(re.findall(r"step \d+/\d+ loss", agents[0].log()))
-        self.wait_steps(agents[0], steps + 2)  # trains on after the election
+        self.wait_steps(self.steps_logged() + 2)  # trains on after the election
         self.stop_training()
         self.assert_job(agents, 3 * NPROC)
 
