@@ -10,9 +10,15 @@ scripts/examples/ddp_train.py (gloo DDP on CPUs, 2 per host). The hosts get reso
 `--monitor_interval 0.1`. A job's ranks must be 0..W-1 once each, with world size W and identical parameters
 on every rank (NetnsHosts.assert_results).
 
+EtcdClusterItself - what the other tests rely on: a new leader ~2-4 s after the leader's SIGKILL (election
+timeout 1 s), the old member rejoining with its data, TLS refusing a stranger and a client of another CA,
+nothing left after stop().
 TorchrunOnEtcd - torch alone, on both of torch's etcd backends:
   - `etcd` (EtcdRendezvousHandler, the legacy protocol), 2 and 3 agents, and 2 agents on the TLS cluster;
-  - `etcd-v2` (DynamicRendezvousHandler over EtcdRendezvousBackend), 3 agents.
+  - `etcd-v2` (DynamicRendezvousHandler over EtcdRendezvousBackend), 3 agents;
+  - the etcd leader SIGKILLed mid-training, once another member, once the member --rdzv_endpoint names (torch's
+    client learned all members from it and fails over): the job finishes;
+  - etcd without the v2 API: torchrun exits 1 with "etcd.EtcdException: Bad response : 404 page not found".
 DdprunOnEtcd - ddprun (issue 28: --rdzv_backend etcd / etcd-v2, which land in parallel with these tests):
   (a) a mixed job: torchrun on host 1, ddprun on hosts 2 and 3, on `etcd`;
   (b) ddprun alone on `etcd` and on `etcd-v2` with the list of all three endpoints;
