@@ -49,9 +49,14 @@ from netns_hosts import (NPROC, ROUND_LINE, TRAIN, HostAgent, HostsTestCase, add
 TORCH_113 = not (EXPECTED_TORCH or "").startswith("2.")
 JOB_TIMEOUT = 180  # seconds for one short job: 4-6 workers import torch on a 2-core machine
 STEPS = 30  # a job that is not stopped by the test trains this many steps (a few seconds)
-# ddprun's elastic timeouts, test-sized (as in test_elastic_netns): a lost node seen in ~3 s, a round of at
-# least MIN nodes closes 1 s after the last one joined.
-DDPRUN_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
+# ddprun's rendezvous settings per backend, test-sized, in the keys torch's backend of that name reads:
+# etcd (EtcdRendezvousHandler) knows timeout, last_call_timeout and the TLS keys; etcd-v2 the dynamic
+# rendezvous' keys (as test_elastic_netns gives c10d: a lost node seen in ~3 s) plus read_timeout and TLS keys.
+# A round of at least MIN nodes closes 1 s after the last one joined.
+DDPRUN_CONF = {"etcd": "last_call_timeout=1,timeout=90",
+               "etcd-v2": "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"}
+# Test-sized timeouts for the cases that must fail: every request to etcd, and the whole rendezvous.
+QUICK_FAIL_CONF = {"etcd": "read_timeout=5,timeout=5", "etcd-v2": "read_timeout=5,join_timeout=5"}
 
 HOST_NAMES = [f"ddprun-h{h}" for h in (1, 2, 3, 4)]
 # Without an agent store (torch's etcd backends: TORCHELASTIC_USE_AGENT_STORE=False) rank 0's worker hosts the
@@ -117,10 +122,11 @@ class EtcdHostsTestCase(HostsTestCase):
         return agent
 
     def ddprun(self, host, backend, nnodes, endpoint=None, conf="", steps=STEPS, max_restarts=3):
-        """ddprun on `host`; the endpoint is all three members unless given; `conf` is merged into DDPRUN_CONF."""
+        """ddprun on `host`; the endpoint is all three members unless given; `conf` is merged into
+        DDPRUN_CONF[backend]."""
         args = ["--nnodes", str(nnodes), "--nproc_per_node", str(NPROC), "--rdzv_backend", backend,
                 "--rdzv_endpoint", endpoint or self.cluster.endpoints(), "--rdzv_id", self.run_id,
-                "--rdzv_conf", merged_conf(DDPRUN_CONF, conf),
+                "--rdzv_conf", merged_conf(DDPRUN_CONF[backend], conf),
                 "--max_restarts", str(max_restarts), "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
                 "--python", PYTHON, *self.train_args(steps)]
         agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env=LAUNCHER_ENV)
@@ -383,7 +389,7 @@ class DdprunOnEtcd(EtcdHostsTestCase):
         etcd.kill(0)
         etcd.kill(1)
         # Member 3 runs but has no quorum: its reads may answer, its writes cannot.
-        agent = self.ddprun(4, backend, 2, conf="read_timeout=5,timeout=5,join_timeout=5")
+        agent = self.ddprun(4, backend, 2, conf=QUICK_FAIL_CONF[backend])
         rc, elapsed, log = self.assert_fails(agent, 60)
         self.assertLess(elapsed, 5 + 20, f"read_timeout=5 but ddprun took {elapsed:.1f} s\n{log}")
         for endpoint in (etcd.endpoint(0), etcd.endpoint(1)):
@@ -407,8 +413,8 @@ class DdprunOnEtcd(EtcdHostsTestCase):
             conf = f"protocol=https,ssl_cert={etcd.client_cert},ssl_cert_key={etcd.client_key},ca_cert={{ca}}"
         agents = [self.ddprun(h, backend, 2, conf=conf.format(ca=etcd.ca_file)) for h in (1, 2)]
         self.assert_job(agents, 2 * NPROC)
-        wrong = self.ddprun(4, backend, 2, conf=conf.format(ca=etcd.wrong_ca_file) +
-                            ",read_timeout=5,timeout=10,join_timeout=10")
+        wrong = self.ddprun(4, backend, 2, conf=merged_conf(conf.format(ca=etcd.wrong_ca_file),
+                                                             QUICK_FAIL_CONF[backend]))
         rc, elapsed, log = self.assert_fails(wrong, 60)
         self.assertIn("certificate", log.lower(), log)
 
@@ -422,7 +428,7 @@ class DdprunOnEtcd(EtcdHostsTestCase):
         # etcd 3.4 serves only the v3 API unless --enable-v2 (3.6 has no v2 at all): both backends need v2.
         self.etcd(v2=False)
         for host, backend in ((1, "etcd"), (2, "etcd-v2")):
-            agent = self.ddprun(host, backend, 2, conf="read_timeout=5,timeout=10,join_timeout=10")
+            agent = self.ddprun(host, backend, 2, conf=QUICK_FAIL_CONF[backend])
             rc, elapsed, log = self.assert_fails(agent, 60)
             self.assertIn(address(1), log, log)  # the endpoint, and what it lacks
             self.assertRegex(log, r"v2 API|enable-v2", log)
