@@ -139,7 +139,8 @@ class EtcdHostsTestCase(HostsTestCase):
         def ended():
             failed = [a for a in agents if a.proc.poll() not in (None, 0)]
             if failed:
-                raise AssertionError(f"the agent on host {failed[0].host} exited {failed[0].proc.returncode}\n{self.describe_all()}")
+                raise AssertionError(f"the agent on host {failed[0].host} exited {failed[0].proc.returncode}\n"
+                                     f"{self.describe_all()}")
             return all(a.proc.poll() == 0 for a in agents)
 
         wait_until(ended, JOB_TIMEOUT, "every agent to exit 0", self.describe_all)
