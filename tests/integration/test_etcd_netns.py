@@ -33,7 +33,6 @@ Torch's etcd-v2 was broken in 2.3-2.5 (pytorch #123714, #132950: "etcd.EtcdKeyNo
 (no such read) and 2.6.0 (EtcdStore._try_wait_get catches EtcdKeyNotFound) both train here.
 """
 import json
-import os
 import re
 import ssl
 import subprocess
