@@ -76,16 +76,18 @@ def wait_until(predicate, timeout, what, describe=lambda: ""):
 
 
 class HostAgent:
-    """One ddprun agent running on a test host; stdout and stderr go to a log file."""
+    """One ddprun agent (or `program`, e.g. torch's launcher: PYTHON) running on a test host; stdout and stderr go
+    to a log file; `env` adds variables."""
 
-    def __init__(self, host, args, log_path):
+    def __init__(self, host, args, log_path, program=None, env=None):
         self.host = host
         self.log_path = log_path
         self.started = time.monotonic()
-        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")  # gloo's interface: the host's 10.99.0.x address
+        # gloo's interface: the host's 10.99.0.x address
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", **(env or {}))
         with open(log_path, "wb") as log:
             # test-cluster.sh execs all the way down: this pid is ddprun's.
-            self.proc = subprocess.Popen(["bash", CLUSTER, "exec", str(host), DDPRUN, *args],
+            self.proc = subprocess.Popen(["bash", CLUSTER, "exec", str(host), program or DDPRUN, *args],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True)
 
