@@ -6,11 +6,12 @@ that do (torch's own launcher, a mixed job, ddprun alone) with torch 1.13 and 2.
 (c)-(h) as test_etcd_netns.py's docstring describes.
 """
 import json
+import re
 import ssl
 import unittest
 import urllib.request
 
-from netns_hosts import NPROC, address, host_pids, rounds_of, wait_until
+from netns_hosts import NPROC, ROUND_LINE, address, host_pids, rounds_of, wait_until
 from test_etcd_netns import QUICK_FAIL_CONF, EtcdHostsTestCase, merged_conf
 
 
@@ -174,16 +175,16 @@ class DdprunRecoveryOnEtcd(EtcdHostsTestCase):
     def node_lost_and_node_joining(self, backend):
         self.etcd()
         agents = [self.ddprun(h, backend, "2:3", steps=2000) for h in (1, 2, 3)]
-        self.wait_for_training(agents[0], nodes=3)
+        self.wait_for_round(agents, nodes=3)
         victim = agents[2]
         victim.killed = True
         victim.proc.kill()
         victim.proc.wait(timeout=10)
         wait_until(lambda: set(host_pids(3)) <= set(self.etcd_pids(3)), 15,
                    "host 3's workers to die with their agent")
-        self.wait_for_training(agents[0], nodes=2)
+        self.wait_for_round(agents[:2], nodes=2)
         agents.append(self.ddprun(4, backend, "2:3", steps=2000))
-        self.wait_for_training(agents[0], nodes=3)
+        self.wait_for_round([agents[0], agents[1], agents[3]], nodes=3)
         self.stop_training()
         survivors = [agents[0], agents[1], agents[3]]
         self.assert_exit_zero(survivors)
@@ -191,6 +192,17 @@ class DdprunRecoveryOnEtcd(EtcdHostsTestCase):
             rounds = rounds_of(agent.log())
             self.assertEqual(rounds[-1][1:], (3, 3 * NPROC), f"rounds {rounds}\n{agent.describe()}")
         self.assert_results(3 * NPROC)
+
+    def wait_for_round(self, agents, nodes):
+        """Every agent of `agents` runs its workers in a round of `nodes` nodes, and rank 0 (on whichever of them:
+        torch's etcd protocol ranks nodes in their order of arrival, so a newcomer may be node 0) trains in it."""
+        def training():
+            lasts = [list(ROUND_LINE.finditer(a.log()))[-1:] for a in agents]
+            if not all(last and int(last[0][3]) == nodes for last in lasts):
+                return False
+            return any(re.search(r"step \d+/\d+ loss", a.log()[last[0].end():]) for a, last in zip(agents, lasts))
+
+        wait_until(self.running(training), 90, f"training steps in a round of {nodes} nodes", self.describe_all)
 
     def etcd_pids(self, host):
         """The pids on `host` that are its etcd member (host 3 runs one besides its agent)."""

@@ -37,6 +37,7 @@ import tempfile
 import unittest
 
 import ddprun_testlib
+from etcd_cluster import EtcdCluster
 from ddprun_testlib import PYTHON, free_port, skip_unless_required
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -415,6 +416,27 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
         self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
         self.assertIn(f"Slurm step {job}.0: the store listens on n1:{20000 + int(job) % 10000}", out)
+        self.assert_nothing_left(self.tmp)
+
+    def test_worker_crash_is_restarted_on_etcd(self):
+        """The elastic example with the rendezvous in etcd (one member on host 1): Slurm's settings, the crash and
+        the restart as with c10d, no store in any agent."""
+        etcd = EtcdCluster(self.path("etcd"), hosts=(1,))
+        self.addCleanup(etcd.stop)
+        etcd.start()
+        env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"), RDZV_BACKEND="etcd",
+                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,timeout=120")
+        job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
+                                        "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
+        out = self.output()
+        self.assertEqual(rc, 0, self.describe())
+        self.assertIn("rank 3: failing on purpose at step 15 (attempt 0)", out)
+        self.assertRegex(out, r"restarting the worker group \(1 of 1 restarts\)", out)
+        self.assertIn(f"keys under /torchelastic/p2p/run_{job}", out)  # the run id is Slurm's job id
+        results = self.results()
+        self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
+        self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
+        self.assertNotIn("the store listens on", out)
         self.assert_nothing_left(self.tmp)
 
     def test_head_node_lost_the_elastic_example_goes_on(self):
