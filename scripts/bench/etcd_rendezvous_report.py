@@ -100,6 +100,13 @@ for kind in kinds:
         print(f"| {names[who]} {backend} | {n} | {'—' if req is None else f'{req:.1f}'} | {fmt(setup, ' ms')} "
               f"| {fmt(first)} / {fmt(last)} ms |")
 
+for n in sorted({k[1] for k in runs if k[0] == "ddprun-c10d"}):
+    req = median_ok("ddprun-c10d", n, lambda r: r.get("requests_per_node"))
+    first = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("first_node_returned"))
+    last = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("last_node_returned"))
+    print(f"| ddprun c10d (ddprun store requests, round only) | {n} | {'—' if req is None else f'{req:.1f}'} "
+          f"| — | {'—' if first is None else f'{first:.0f}'} / {'—' if last is None else f'{last:.0f}'} ms |")
+
 for rs in runs.values():
     for r in rs:
         if not r.get("ok"):

@@ -138,7 +138,8 @@ std::string verify(const std::vector<Result>& results) {
     const rdzv::RendezvousInfo& x = results[i].info;
     if (x.base_rank != base[static_cast<size_t>(x.group_rank)])
       return "rank " + std::to_string(x.group_rank) + ": wrong base rank";
-    if (x.world_size != world) return "node " + std::to_string(i) + ": world size " + std::to_string(x.world_size);
+    if (x.world_size != world)
+      return "node " + std::to_string(i) + ": world size " + std::to_string(x.world_size);
   }
   return "";
 }
@@ -146,9 +147,9 @@ std::string verify(const std::vector<Result>& results) {
 int run(const Options& o) {
   raise_fd_limit();
   spdlog::set_level(spdlog::level::warn);
-  nlohmann::json out = {{"backend", o.backend},      {"nodes", o.nodes}, {"min_nodes", o.nodes},
-                        {"max_nodes", o.nodes},      {"members", o.endpoints.size()},
-                        {"run_id", o.run_id}};
+  nlohmann::json out = {{"backend", o.backend},          {"nodes", o.nodes},
+                        {"min_nodes", o.nodes},          {"max_nodes", o.nodes},
+                        {"members", o.endpoints.size()}, {"run_id", o.run_id}};
   std::vector<std::unique_ptr<rdzv::RendezvousHandler>> nodes;
   const auto setup_start = Clock::now();
   try {
@@ -183,7 +184,8 @@ int run(const Options& o) {
   }
   gate.count_down();
   // Every next_rendezvous is bounded by its join timeout; this bounds the whole round once more.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000 + 30000));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000 + 30000));
   bool all = false;
   {
     std::unique_lock lock(mutex);
@@ -195,14 +197,17 @@ int run(const Options& o) {
   } else {
     for (auto& t : threads) t.join();
     error = verify(results);
-    Clock::time_point first = results[0].t0, last_start = first, first_done = results[0].t1, last_done = first;
+    Clock::time_point first = results[0].t0, last_start = first, first_done = results[0].t1,
+                      last_done = first;
     for (const Result& r : results) {
       first = std::min(first, r.t0);
       last_start = std::max(last_start, r.t0);
       first_done = std::min(first_done, r.t1);
       last_done = std::max(last_done, r.t1);
     }
-    auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - first).count(); };
+    auto ms = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(t - first).count();
+    };
     out["wall_ms"] = ms(last_done);
     out["phases_ms"] = {{"last_node_started", ms(last_start)},
                         {"first_node_returned", ms(first_done)},
@@ -224,7 +229,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ddprun-etcd-rendezvous-sim: N rendezvous nodes (threads) meet through etcd"};
   ddprun::bench::Options o;
   std::string endpoints;
-  app.add_option("--backend", o.backend, "etcd (torch's etcd protocol) or etcd-v2 (dynamic rendezvous on etcd)")
+  app.add_option("--backend", o.backend,
+                 "etcd (torch's etcd protocol) or etcd-v2 (dynamic rendezvous on etcd)")
       ->check(CLI::IsMember({"etcd", "etcd-v2"}));
   app.add_option("--nodes", o.nodes, "Simulated nodes (min = max)")->check(CLI::Range(1, 4096));
   app.add_option("--endpoints", endpoints, "etcd members, host:port[,host:port...]")->required();
