@@ -118,6 +118,7 @@ results=${BENCH_RESULTS_DIR:-$build}/bench-etcd-rendezvous-results.jsonl
 # record KIND N CMD...: runs one simulation; its JSON line, tagged with KIND and the etcd requests per node
 # the run cost (setup included), goes to the results.
 run_seq=0
+rid=""
 record() {
   local kind=$1 n=$2 line before after
   shift 2
@@ -134,20 +135,27 @@ record() {
     echo "{\"kind\":\"$kind\",\"nodes\":$n,\"ok\":false,\"error\":\"no result\"}" >>"$results"
   fi
 }
-run_id() { run_seq=$((run_seq + 1)) && echo "bench-$$-$run_seq"; }
+# new_run_id: sets $rid to a run id no earlier run used (every run leaves its keys in etcd).
+new_run_id() {
+  run_seq=$((run_seq + 1))
+  rid="bench-$$-$run_seq"
+}
 
 start_s=$(date +%s)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((i = 0; i < repeat; i++)); do
   for n in "${nodes[@]}"; do
     for backend in etcd etcd-v2; do
+      new_run_id
       record "ddprun-$backend" "$n" "$etcd_sim" --backend "$backend" --nodes "$n" --endpoints "$endpoints" \
-        --run-id "$(run_id)" --timeout "$timeout"
+        --run-id "$rid" --timeout "$timeout"
+      new_run_id
       record "torch-$backend" "$n" "$python" "$torch_sim" --backend "$backend" --nodes "$n" \
-        --endpoints "$endpoints" --run-id "$(run_id)" --timeout "$timeout"
+        --endpoints "$endpoints" --run-id "$rid" --timeout "$timeout"
       if [[ -n $python26 ]]; then
+        new_run_id
         record "torch26-$backend" "$n" "$python26" "$torch_sim" --backend "$backend" --nodes "$n" \
-          --endpoints "$endpoints" --run-id "$(run_id)" --timeout "$timeout"
+          --endpoints "$endpoints" --run-id "$rid" --timeout "$timeout"
       fi
     done
     record ddprun-c10d "$n" "$c10d_sim" --nodes "$n" --timeout "$timeout"
