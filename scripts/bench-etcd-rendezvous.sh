@@ -100,15 +100,25 @@ for m in 0 1 2; do
 done
 log "etcd cluster: $endpoints ($(/usr/bin/etcd --version | head -n 1))"
 
-# etcd_requests: the v2 API requests the three members have received so far (etcd_http_received_total).
+# etcd_requests: the v2 API requests the three members have received so far (etcd_http_received_total),
+# summed over the members, per HTTP method: "GET=120 PUT=43 ".
 etcd_requests() {
-  local m total=0 count
-  for m in 0 1 2; do
-    count=$(curl -sf --max-time 2 "http://127.0.0.1:${ports[m]}/metrics" |
-      awk '/^etcd_http_received_total/ { s += $2 } END { printf "%d", s }')
-    total=$((total + ${count:-0}))
-  done
-  echo "$total"
+  local m
+  for m in 0 1 2; do curl -sf --max-time 2 "http://127.0.0.1:${ports[m]}/metrics" || true; done |
+    awk -F'[{}"= ]+' '/^etcd_http_received_total[{]/ { s[$3] += $NF } END { for (k in s) printf "%s=%d ", k, s[k] }'
+}
+
+# requests_json BEFORE AFTER N: the JSON fields for the requests between two etcd_requests, per node.
+requests_json() {
+  awk -v b="$1" -v a="$2" -v n="$3" 'function load(text, into,  x, kv, i) {
+      split(text, x, " ")
+      for (i in x) { split(x[i], kv, "="); into[kv[1]] = kv[2] }
+    }
+    BEGIN {
+      load(b, B); load(a, A); total = 0; out = ""
+      for (k in A) { d = (A[k] - B[k]) / n; total += d; out = out sprintf(",\"%s\":%.1f", k, d) }
+      printf "\"etcd_requests_per_node\":%.1f,\"etcd_requests_per_node_by_method\":{%s}", total, substr(out, 2)
+    }'
 }
 
 mkdir -p "${BENCH_RESULTS_DIR:-$build}"
@@ -126,8 +136,7 @@ record() {
   line=$(run_marked "$@" | tail -n 1) || true
   after=$(etcd_requests)
   if [[ $line == \{* ]]; then
-    per_node=$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { printf "%.1f", (a - b) / n }')
-    line="{\"kind\":\"$kind\",\"etcd_requests_per_node\":$per_node,${line#\{}"
+    line="{\"kind\":\"$kind\",$(requests_json "$before" "$after" "$n"),${line#\{}"
     echo "$line" >>"$results"
     log "$kind: $line"
   else

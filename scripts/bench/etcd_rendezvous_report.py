@@ -82,10 +82,11 @@ for n in sorted({k[1] for k in runs}):
     print(line)
 
 print("\netcd requests per node (all members' etcd_http_received_total over the whole process, setup "
-      "included; a watch counts once), setup time (building the N handlers, before the clock starts) and "
+      "included; a watch counts once; a PUT is a raft write, a GET is served by the member asked), setup time "
+      "(building the N handlers, before the clock starts) and "
       "the round's phases (first join -> first node returned / last node returned), medians:\n")
-print("| configuration | N | etcd requests/node | setup | first return / last return |")
-print("|---|---:|---:|---:|---:|")
+print("| configuration | N | etcd requests/node | of which GET / PUT / DELETE | setup | first return / last return |")
+print("|---|---:|---:|---:|---:|---:|")
 kinds = ["ddprun-etcd"] + [f"{k}-etcd" for k, _ in torches] + ["ddprun-etcd-v2"] + \
     [f"{k}-etcd-v2" for k, _ in torches]
 names = {"ddprun": "ddprun", "torch": "torch 1.13", "torch26": "torch 2.6"}
@@ -96,16 +97,20 @@ for kind in kinds:
         setup = median_ok(kind, n, lambda r: r.get("setup_ms"))
         first = median_ok(kind, n, lambda r: r.get("phases_ms", {}).get("first_node_returned"))
         last = median_ok(kind, n, lambda r: r.get("phases_ms", {}).get("last_node_returned"))
+        split = " / ".join(
+            "—" if v is None else f"{v:.1f}"
+            for v in (median_ok(kind, n, lambda r, m=m: r.get("etcd_requests_per_node_by_method", {}).get(m, 0))
+                      for m in ("GET", "PUT", "DELETE")))
         fmt = lambda v, unit="": "—" if v is None else f"{v:.0f}{unit}"  # noqa: E731
-        print(f"| {names[who]} {backend} | {n} | {'—' if req is None else f'{req:.1f}'} | {fmt(setup, ' ms')} "
-              f"| {fmt(first)} / {fmt(last)} ms |")
+        print(f"| {names[who]} {backend} | {n} | {'—' if req is None else f'{req:.1f}'} | {split} "
+              f"| {fmt(setup, ' ms')} | {fmt(first)} / {fmt(last)} ms |")
 
 for n in sorted({k[1] for k in runs if k[0] == "ddprun-c10d"}):
     req = median_ok("ddprun-c10d", n, lambda r: r.get("requests_per_node"))
     first = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("first_node_returned"))
     last = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("last_node_returned"))
     print(f"| ddprun c10d (ddprun store requests, round only) | {n} | {'—' if req is None else f'{req:.1f}'} "
-          f"| — | {'—' if first is None else f'{first:.0f}'} / {'—' if last is None else f'{last:.0f}'} ms |")
+          f"| — | — | {'—' if first is None else f'{first:.0f}'} / {'—' if last is None else f'{last:.0f}'} ms |")
 
 for rs in runs.values():
     for r in rs:
