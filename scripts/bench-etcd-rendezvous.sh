@@ -53,7 +53,8 @@ not_measured26=""
 if [[ -z $python26 ]]; then
   not_measured26="no torch 2.x Python (TORCH26_PYTHON=none, or no root from scripts/torch26-root.sh)"
 elif ! why=$("$python26" -c "import etcd" 2>&1); then
-  not_measured26="$python26 cannot import etcd (python3-etcd is not installed in the torch 2.6 root): $(tail -n 1 <<<"$why")"
+  not_measured26="$python26 cannot import etcd (python3-etcd is not installed in the torch 2.6 root):"
+  not_measured26+=" $(tail -n 1 <<<"$why")"
   python26=""
 fi
 [[ -n $not_measured26 ]] && log "torch 2.x not measured: $not_measured26"

@@ -107,10 +107,11 @@ for kind in kinds:
 
 for n in sorted({k[1] for k in runs if k[0] == "ddprun-c10d"}):
     req = median_ok("ddprun-c10d", n, lambda r: r.get("requests_per_node"))
-    first = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("first_node_returned"))
-    last = median_ok("ddprun-c10d", n, lambda r: r.get("phases_ms", {}).get("last_node_returned"))
+    first, last = (median_ok("ddprun-c10d", n, lambda r, p=p: r.get("phases_ms", {}).get(p))
+                   for p in ("first_node_returned", "last_node_returned"))
+    first, last = ("—" if v is None else f"{v:.0f}" for v in (first, last))
     print(f"| ddprun c10d (ddprun store requests, round only) | {n} | {'—' if req is None else f'{req:.1f}'} "
-          f"| — | — | {'—' if first is None else f'{first:.0f}'} / {'—' if last is None else f'{last:.0f}'} ms |")
+          f"| — | — | {first} / {last} ms |")
 
 for rs in runs.values():
     for r in rs:
