@@ -134,8 +134,10 @@ record() {
   local kind=$1 n=$2 line before after
   shift 2
   before=$(etcd_requests)
-  line=$(run_marked "$@" | tail -n 1) || true
+  # Not in $(...): INT/TERM must reach run_marked's `wait` in this shell, which the traps then end at once.
+  run_marked "$@" >"$etcd_dir/run.out" || true
   after=$(etcd_requests)
+  line=$(tail -n 1 "$etcd_dir/run.out")
   if [[ $line == \{* ]]; then
     line="{\"kind\":\"$kind\",$(requests_json "$before" "$after" "$n"),${line#\{}"
     echo "$line" >>"$results"
