@@ -124,7 +124,6 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string version_;
   int rank_ = -1;
   int nodes_ = 0;
-  int rounds_ = 0;
   std::unique_ptr<EtcdStore> kv_;          // the agent loop's view of the round's store
   std::unique_ptr<EtcdStore> watcher_kv_;  // the watcher's
   uint64_t watch_index_ = 0;               // watcher thread only

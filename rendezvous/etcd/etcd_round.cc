@@ -76,7 +76,9 @@ RendezvousInfo EtcdRendezvous::share_round(const Joined& joined, int local_world
   }
 
   RendezvousInfo info;
-  info.round = rounds_++;
+  // The round is the rendezvous version less one: the same on every node (a newcomer too), as c10d's global
+  // round number; the workers' TORCHELASTIC_RESTART_COUNT. (torch counts each agent's own restarts instead.)
+  info.round = static_cast<int>(parse_int(version_).value_or(1) - 1);
   info.group_rank = rank_;
   info.group_world_size = nodes_;
   info.base_rank = info.world_size = 0;

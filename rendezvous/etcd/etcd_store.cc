@@ -91,9 +91,11 @@ EtcdStore::Listing EtcdStore::list() {
 
 void EtcdStore::set(std::string_view key, std::string_view value) { client_->write(path(key), base64_encode(value)); }
 
-std::string EtcdStore::get(std::string_view key) {
+std::string EtcdStore::get(std::string_view key) { return get_within(key, timeout()); }
+
+std::string EtcdStore::get_within(std::string_view key, milliseconds timeout) {
   const std::string p = path(key);
-  const auto deadline = Clock::now() + timeout();
+  const auto deadline = Clock::now() + timeout;
   while (true) {
     uint64_t index = 0;
     try {
@@ -105,7 +107,7 @@ std::string EtcdStore::get(std::string_view key) {
     const auto left = duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       throw WaitTimeoutError("etcd key " + p + " ('" + printable(key) + "') at " + client_->current_endpoint() +
-                             " was not set within " + std::to_string(timeout().count()) + " ms");
+                             " was not set within " + std::to_string(timeout.count()) + " ms");
     }
     try {
       client_->watch(p, index + 1, false, left);
@@ -209,6 +211,15 @@ std::string EtcdStore::compare_set(std::string_view key, std::string_view expect
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {
+  if (keys.size() == 1) {  // one key: read it, not the whole run's keyspace
+    try {
+      client_->get(path(keys.front()));
+      return true;
+    } catch (const EtcdKeyError& e) {
+      if (!is(e, kKeyNotFound)) throw;
+      return false;
+    }
+  }
   Listing l = list();
   return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return l.values.count(path(k)) > 0; });
 }
@@ -254,6 +265,9 @@ std::vector<std::string> EtcdStore::multi_get(const std::vector<std::string>& ke
 }
 
 std::vector<std::string> EtcdStore::multi_get_within(const std::vector<std::string>& keys, milliseconds timeout) {
+  // One key: read it and watch only it (a listing would return, and every write under the prefix would wake,
+  // the whole keyspace of the run).
+  if (keys.size() == 1) return {get_within(keys.front(), timeout)};
   std::vector<std::vector<std::string>> groups;
   groups.reserve(keys.size());
   for (const auto& k : keys) groups.push_back({k});

@@ -71,6 +71,7 @@ class EtcdStore final : public Store {
   struct Listing;
   Listing list();
   std::string decode_value(const Node& node) const;
+  std::string get_within(std::string_view key, std::chrono::milliseconds timeout);
   std::vector<std::string> multi_get_within(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   std::shared_ptr<Client> client_;
