@@ -437,6 +437,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
         self.assertTrue(all(r["attempt"] == 1 and r["identical"] and r["world_size"] == 4 for r in results), results)
         self.assertNotIn("the store listens on", out)
+        etcd.stop()  # the test's own member, on host 1 and under the test's directory: not the job's
         self.assert_nothing_left(self.tmp)
 
     def test_head_node_lost_the_elastic_example_goes_on(self):
