@@ -34,6 +34,7 @@ rdzv::RendezvousInfo first_round(const LaunchConfig& c) {
   info.world_size = layout.world_size;
   info.store_host = c.rdzv_kind == RendezvousKind::kStandalone ? kStandaloneMasterAddr : c.rdzv_endpoint.host;
   info.store_port = c.rdzv_endpoint.port;
+  info.agent_store = !etcd_kind(c.rdzv_kind);  // etcd: the workers' rank 0 hosts their store, as under torchrun
   return info;
 }
 

@@ -1,6 +1,6 @@
-// EtcdClient: etcd's v2 keys API (/v2/keys) over HTTP/1.1 or HTTPS, as python-etcd speaks it — what torchrun's
-// etcd and etcd-v2 rendezvous backends use. Boost.Beast does the HTTP, OpenSSL the TLS; nlohmann-json reads
-// the replies. No HTTP is parsed by hand.
+// EtcdClient: etcd's v2 keys API (/v2/keys) over HTTP/1.1 or HTTPS, as python-etcd speaks it — what
+// torchrun's etcd and etcd-v2 rendezvous backends use. Boost.Beast does the HTTP, OpenSSL the TLS;
+// nlohmann-json reads the replies. No HTTP is parsed by hand.
 //
 // Members: a client is given every member it may talk to (--rdzv_endpoint "host1:2379,host2:2379"). A request
 // goes to the member that answered last (the first one at the start); when that member cannot be reached,
@@ -8,9 +8,9 @@
 // leader (etcd error codes 300-302), the same request goes to the next member, round the list; when every
 // member failed, the list is tried again every 200 ms (a leader election takes about a second) until the
 // request timeout has passed since the call began: then EtcdUnavailableError names each member and what went
-// wrong in the last round. A compare-and-swap that timed out on one member and succeeded there anyway is reported as a
-// compare failure on the retry (etcd's own behaviour for python-etcd too); callers re-read and decide.
-// One keep-alive connection to the current member is reused between requests.
+// wrong in the last round. A compare-and-swap that timed out on one member and succeeded there anyway is
+// reported as a compare failure on the retry (etcd's own behaviour for python-etcd too); callers re-read and
+// decide. One keep-alive connection to the current member is reused between requests.
 //
 // Keys are paths ("/torchelastic/p2p/run_x/rdzv/active_version"); a key without a leading '/' gets one. They
 // are sent as they are, '/' included (as python-etcd does); other bytes outside [A-Za-z0-9-._~/] are
@@ -21,13 +21,16 @@
 // request on one member times the members tried, or the watch's own timeout.
 //
 // Errors (all derive from StoreError, store_error.h, so that the rendezvous boundary reports them):
-//   EtcdKeyError          etcd answered with an error document ({"errorCode":100,...}): key not found, compare
+//   EtcdKeyError          etcd answered with an error document ({"errorCode":100,...}): key not found,
+//   compare
 //                         failed, node exists, ... — an answer, never retried on another member.
-//   EtcdUnavailableError  no member answered (ConnectionLostError): every endpoint and its failure in the text.
-//   EtcdProtocolError     a member answered, but not as etcd's v2 API does (BadReplyError): a 404 for /v2/keys
+//   EtcdUnavailableError  no member answered (ConnectionLostError): every endpoint and its failure in the
+//   text. EtcdProtocolError     a member answered, but not as etcd's v2 API does (BadReplyError): a 404 for
+//   /v2/keys
 //                         (etcd 3.4+ without --enable-v2=true: the message says so), another HTTP server, a
 //                         reply that is not the JSON etcd sends. Names the endpoint, the key and the status.
-//   EtcdTlsError          the TLS handshake failed (StoreError): the server's certificate is not signed by the
+//   EtcdTlsError          the TLS handshake failed (StoreError): the server's certificate is not signed by
+//   the
 //                         CA given, the client certificate was refused, a PEM file cannot be read; names the
 //                         endpoint and OpenSSL's reason.
 //   TimeoutError          only from watch(): never; a watch that times out returns nullopt.

@@ -2,11 +2,11 @@
 // The round's store and the watcher: etcd_round.cc.
 #include "rendezvous/etcd/etcd_rendezvous.h"
 
-#include <random>
-#include <thread>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include <random>
+#include <thread>
 
 #include "rendezvous/etcd/etcd_state.h"
 #include "rendezvous/etcd/etcd_store.h"
@@ -38,7 +38,9 @@ void cas_backoff() {
   std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(1, 20)(rng)));
 }
 
-bool code_is(const EtcdKeyError& e, int code) { return e.code() == code; }
+bool code_is(const EtcdKeyError& e, int code) {
+  return e.code() == code;
+}
 
 }  // namespace
 
@@ -62,7 +64,8 @@ EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options)
   } catch (const StoreError& e) {
     throw store_failure(e);
   }
-  spdlog::info("rendezvous {}: etcd at {}, keys under {}", options_.run_id, client_->endpoints_text(), path(""));
+  spdlog::info("rendezvous {}: etcd at {}, keys under {}", options_.run_id, client_->endpoints_text(),
+               path(""));
 }
 
 EtcdRendezvous::~EtcdRendezvous() = default;
@@ -73,7 +76,8 @@ std::string EtcdRendezvous::path(const std::string& p) const {
 
 RendezvousStoreError EtcdRendezvous::store_failure(const StoreError& e) const {
   std::string text = e.what();
-  if (text.find(client_->current_endpoint()) == std::string::npos) text = "etcd at " + client_->endpoints_text() + ": " + text;
+  if (text.find(client_->current_endpoint()) == std::string::npos)
+    text = "etcd at " + client_->endpoints_text() + ": " + text;
   return RendezvousStoreError("rendezvous '" + run_id() + "': " + text);
 }
 
@@ -102,9 +106,11 @@ EtcdRendezvous::State EtcdRendezvous::read_state(Client& client) const {
   if (!ok) throw foreign(key, s.r.node.value, "not the JSON state torch's etcd rendezvous writes");
   const std::string st = s.status();
   if (st == "joinable" || st == "frozen" || st == "final") {
-    const bool lists = s.j.contains("version") && s.j.contains("participants") && s.j["participants"].is_array() &&
-                       (st == "joinable" || (s.j.contains("keep_alives") && s.j["keep_alives"].is_array())) &&
-                       (st != "final" || (s.j.contains("num_workers_waiting") && s.j["num_workers_waiting"].is_number_integer()));
+    const bool lists =
+        s.j.contains("version") && s.j.contains("participants") && s.j["participants"].is_array() &&
+        (st == "joinable" || (s.j.contains("keep_alives") && s.j["keep_alives"].is_array())) &&
+        (st != "final" ||
+         (s.j.contains("num_workers_waiting") && s.j["num_workers_waiting"].is_number_integer()));
     if (!lists) throw foreign(key, s.r.node.value, "a '" + st + "' state without its fields");
   } else if (st != "setup" && st != "closed") {
     throw foreign(key, s.r.node.value, "an unknown status '" + st + "'");
@@ -130,8 +136,9 @@ RendezvousInfo EtcdRendezvous::do_next_rendezvous(int local_world_size) {
 EtcdRendezvous::Joined EtcdRendezvous::barrier() {
   while (true) {
     if (Clock::now() > deadline_) {
-      throw RendezvousTimeoutError("rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
-                                   " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
+      throw RendezvousTimeoutError(
+          "rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
+          " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
     }
     try {
       return init_phase();
@@ -182,8 +189,8 @@ Response EtcdRendezvous::try_create() {
     client_->write(counter_key, next, {.prev_value = counter.value});
   } catch (const EtcdKeyError& e) {
     if (!code_is(e, kKeyNotFound) && !code_is(e, kTestFailed)) throw;
-    throw RendezvousStoreError("rendezvous '" + run_id() + "': unexpected state of etcd key " + counter_key + " (" +
-                               e.what() + "); torch's agents die here too: start the job again");
+    throw RendezvousStoreError("rendezvous '" + run_id() + "': unexpected state of etcd key " + counter_key +
+                               " (" + e.what() + "); torch's agents die here too: start the job again");
   }
   client_->write(path("/rdzv/v_" + next), "", {.prev_exist = false, .dir = true});
   json joinable = {{"status", "joinable"}, {"version", next}, {"participants", json::array()}};
@@ -210,7 +217,8 @@ std::pair<Response, int> EtcdRendezvous::join(const std::string& version) {
     const int rank = static_cast<int>(state["participants"].size());
     if (rank >= options_.max_nodes) {
       throw foreign(path("/rdzv/active_version"), s.r.node.value,
-                    "a joinable state with more participants than --nnodes' maximum " + std::to_string(options_.max_nodes) +
+                    "a joinable state with more participants than --nnodes' maximum " +
+                        std::to_string(options_.max_nodes) +
                         " (are the nodes of this job started with different --nnodes?)");
     }
     state["participants"].push_back(rank);
@@ -223,7 +231,8 @@ std::pair<Response, int> EtcdRendezvous::join(const std::string& version) {
       ttl = kJoinableEphemeralTtl;
     }
     try {
-      Response r = client_->write(path("/rdzv/active_version"), state.dump(), {.prev_value = s.r.node.value, .ttl = ttl});
+      Response r = client_->write(path("/rdzv/active_version"), state.dump(),
+                                  {.prev_value = s.r.node.value, .ttl = ttl});
       return {r, rank};
     } catch (const EtcdKeyError& e) {
       if (!code_is(e, kTestFailed)) throw;
@@ -246,7 +255,8 @@ EtcdRendezvous::Joined EtcdRendezvous::confirm_phase(const std::string& version,
   State s{wait_for_final(version), {}};
   s.j = json::parse(s.r.node.value);
   const int nodes = static_cast<int>(s.j["participants"].size());
-  spdlog::info("rendezvous {}: etcd rendezvous version {} complete: node {} of {}", run_id(), version, rank, nodes);
+  spdlog::info("rendezvous {}: etcd rendezvous version {} complete: node {} of {}", run_id(), version, rank,
+               nodes);
   return Joined{version, rank, nodes};
 }
 
@@ -265,7 +275,8 @@ void EtcdRendezvous::confirm_membership(const std::string& version, int rank) {
     }
     try {
       client_->write(path("/rdzv/active_version"), state.dump(),
-                     {.prev_value = s.r.node.value, .ttl = finalize ? std::nullopt : std::optional<int64_t>(kFrozenTtl)});
+                     {.prev_value = s.r.node.value,
+                      .ttl = finalize ? std::nullopt : std::optional<int64_t>(kFrozenTtl)});
       keep_alive_key_ = lease_key;
       leases_->add(lease_key, seconds(kKeepAliveTtl), false);
       return;
@@ -287,7 +298,8 @@ Response EtcdRendezvous::wait_for_final(const std::string& version) {
 
 void EtcdRendezvous::handle_existing(const std::string& version) {
   announce_waiting(version);
-  spdlog::info("rendezvous {}: etcd rendezvous version {} is running; waiting for its next round", run_id(), version);
+  spdlog::info("rendezvous {}: etcd rendezvous version {} is running; waiting for its next round", run_id(),
+               version);
   wait_to_free(version);
 }
 
@@ -317,7 +329,8 @@ void EtcdRendezvous::wait_to_free(const std::string& version) {
       bool present = false;
       for (const Node& n : alive.node.nodes) present = present || n.key == k;
       if (present) continue;
-      spdlog::info("rendezvous {}: keep-alive {} is gone: destroying etcd rendezvous version {}", run_id(), k, version);
+      spdlog::info("rendezvous {}: keep-alive {} is gone: destroying etcd rendezvous version {}", run_id(), k,
+                   version);
       try {
         client_->remove(path("/rdzv/active_version"), {.prev_value = s.r.node.value});
       } catch (const EtcdKeyError& e) {
@@ -332,8 +345,9 @@ void EtcdRendezvous::wait_to_free(const std::string& version) {
       if (!code_is(e, kEventIndexCleared)) throw;
     }
     if (Clock::now() > deadline_) {
-      throw RendezvousTimeoutError("rendezvous '" + run_id() + "': the running round (etcd version " + version +
-                                   ") did not end within the join timeout; this node waited to join the next one");
+      throw RendezvousTimeoutError(
+          "rendezvous '" + run_id() + "': the running round (etcd version " + version +
+          ") did not end within the join timeout; this node waited to join the next one");
     }
     s = read_state(*client_);
   }
@@ -349,7 +363,8 @@ void EtcdRendezvous::last_call(const std::string& version, Clock::time_point dea
       state["status"] = "frozen";
       state["keep_alives"] = json::array();
       try {
-        client_->write(path("/rdzv/active_version"), state.dump(), {.prev_value = s.r.node.value, .ttl = kFrozenTtl});
+        client_->write(path("/rdzv/active_version"), state.dump(),
+                       {.prev_value = s.r.node.value, .ttl = kFrozenTtl});
         return;
       } catch (const EtcdKeyError& e) {
         if (!code_is(e, kTestFailed)) throw;
@@ -382,8 +397,9 @@ EtcdRendezvous::State EtcdRendezvous::wait_for_change(uint64_t index, std::optio
     if (!code_is(e, kEventIndexCleared)) throw;
   }
   if (Clock::now() > deadline_) {
-    throw RendezvousTimeoutError("rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
-                                 " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
+    throw RendezvousTimeoutError(
+        "rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
+        " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
   }
   return read_state(*client_);
 }

@@ -5,7 +5,8 @@
 // Keys, under "<etcd_prefix>/run_<run_id>" (default prefix /torchelastic/p2p), exactly as torch writes them:
 //   (dir, TTL 2 h, refreshed)              the run's subroot
 //   /rdzv/version_counter                  the last rendezvous version handed out ("1", "2", ...)
-//   /rdzv/active_version                   JSON {"status": setup|joinable|frozen|final|closed, "version": "<n>",
+//   /rdzv/active_version                   JSON {"status": setup|joinable|frozen|final|closed, "version":
+//   "<n>",
 //                                          "participants": [0, 1, ...], "keep_alives": [keys],
 //                                          "num_workers_waiting": n}; TTLs as torch sets them
 //   /rdzv/v_<n>/rank_<r>                   node r's keep-alive (TTL 10 s, refreshed every 5 s)
@@ -54,11 +55,11 @@ struct EtcdRendezvousOptions {
   std::string run_id = "none";
   int min_nodes = 1;
   int max_nodes = 1;
-  ClientOptions client;                          // members, TLS, one request's timeout
-  std::string prefix = "/torchelastic/p2p";      // --rdzv_conf etcd_prefix
-  std::chrono::milliseconds join_timeout{600000};       // torch's `timeout`
+  ClientOptions client;                            // members, TLS, one request's timeout
+  std::string prefix = "/torchelastic/p2p";        // --rdzv_conf etcd_prefix
+  std::chrono::milliseconds join_timeout{600000};  // torch's `timeout`
   std::chrono::milliseconds last_call_timeout{30000};
-  std::string local_addr;     // MASTER_ADDR when this node is node 0; "" = its address towards etcd
+  std::string local_addr;        // MASTER_ADDR when this node is node 0; "" = its address towards etcd
   std::string role = "default";  // the role torch's rank assignment groups by (--role)
 };
 
@@ -112,7 +113,8 @@ class EtcdRendezvous final : public RendezvousHandler {
   // The round's store and what torch's agents exchange in it (etcd_round.cc).
   RendezvousInfo share_round(const Joined& joined, int local_world_size);
   std::optional<RoundStop> evaluate_round(uint64_t& index);
-  RendezvousStoreError foreign(const std::string& key, const std::string& value, const std::string& why) const;
+  RendezvousStoreError foreign(const std::string& key, const std::string& value,
+                               const std::string& why) const;
 
   EtcdRendezvousOptions options_;
   std::shared_ptr<Client> client_;          // the agent loop's

@@ -1,10 +1,10 @@
 // EtcdRendezvous, once a round is complete: what torch's agents exchange in the round's store (the workers'
 // store address, the role infos and ranks, the exit barrier), and the watcher that sees the round end.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
@@ -24,10 +24,11 @@ using std::chrono::milliseconds;
 namespace {
 
 // torch's key names (agent/server/api.py, utils/store.py, rendezvous/api.py).
-const std::string kRoleInfo113 = "torchelastic/role_info";    // + rank; + rank + ".FIN"
-const std::string kRoleInfo2 = "torchelastic/role_info/";     // + rank
+const std::string kRoleInfo113 = "torchelastic/role_info";  // + rank; + rank + ".FIN"
+const std::string kRoleInfo2 = "torchelastic/role_info/";   // + rank
 const std::string kAssignedRanks = "torchelastic/assigned_ranks/";
-const std::string kTerminal = "torchelastic/agent/terminal_state";  // + rank (1.13); "/num_members", "/last_member"
+const std::string kTerminal =
+    "torchelastic/agent/terminal_state";  // + rank (1.13); "/num_members", "/last_member"
 const std::string kStop = "ddprun/stop";
 
 struct RoleInfo {
@@ -44,7 +45,8 @@ RendezvousInfo EtcdRendezvous::share_round(const Joined& joined, int local_world
   nodes_ = joined.nodes;
   const std::string kv_path = path("/rdzv/v_" + version_ + "/kv");
   create_dir(kv_path, std::nullopt);
-  const milliseconds wait = std::max(duration_cast<milliseconds>(deadline_ - Clock::now()), milliseconds(30000));
+  const milliseconds wait =
+      std::max(duration_cast<milliseconds>(deadline_ - Clock::now()), milliseconds(30000));
   kv_ = std::make_unique<EtcdStore>(client_, kv_path, wait);
   watcher_kv_ = std::make_unique<EtcdStore>(watcher_client_, kv_path, wait);
   watch_index_ = 0;
@@ -60,17 +62,20 @@ RendezvousInfo EtcdRendezvous::share_round(const Joined& joined, int local_world
     kv_->set("MASTER_PORT", std::to_string(free_tcp_port(is_local_host(addr) ? addr : "")));
   }
 
-  const std::string me = json{{"role", options_.role}, {"rank", rank_}, {"local_world_size", local_world_size}}.dump();
+  const std::string me =
+      json{{"role", options_.role}, {"rank", rank_}, {"local_world_size", local_world_size}}.dump();
   kv_->set(kRoleInfo113 + std::to_string(rank_), me);
   kv_->set(kRoleInfo2 + std::to_string(rank_), me);
   std::vector<std::vector<std::string>> groups;
-  for (int i = 0; i < nodes_; ++i) groups.push_back({kRoleInfo2 + std::to_string(i), kRoleInfo113 + std::to_string(i)});
+  for (int i = 0; i < nodes_; ++i)
+    groups.push_back({kRoleInfo2 + std::to_string(i), kRoleInfo113 + std::to_string(i)});
   std::vector<RoleInfo> infos;
   for (const EtcdStore::Found& f : kv_->wait_any(groups, wait)) {
     json j = json::parse(f.value, nullptr, false);
     const std::string key = groups[infos.size()][f.which];
-    const bool ok = j.is_object() && j.contains("role") && j["role"].is_string() && j.contains("local_world_size") &&
-                    j["local_world_size"].is_number_integer() && j["local_world_size"].get<int>() > 0;
+    const bool ok = j.is_object() && j.contains("role") && j["role"].is_string() &&
+                    j.contains("local_world_size") && j["local_world_size"].is_number_integer() &&
+                    j["local_world_size"].get<int>() > 0;
     if (!ok) throw foreign(kv_->path(key), f.value, "not the role info a torch agent writes");
     infos.push_back(RoleInfo{j["role"], static_cast<int>(infos.size()), j["local_world_size"]});
   }
@@ -143,7 +148,8 @@ std::optional<RoundStop> EtcdRendezvous::evaluate_round(uint64_t& index) {
   bool done = kv.count(watcher_kv_->path(kTerminal + "/last_member")) > 0;
   if (!done) {
     done = true;
-    for (int i = 0; i < nodes_ && done; ++i) done = kv.count(watcher_kv_->path(kTerminal + std::to_string(i))) > 0;
+    for (int i = 0; i < nodes_ && done; ++i)
+      done = kv.count(watcher_kv_->path(kTerminal + std::to_string(i))) > 0;
   }
   if (done) {
     watcher_kv_->set(kTerminal + std::to_string(rank_) + ".FIN", "FIN");
@@ -187,9 +193,12 @@ RoundStop EtcdRendezvous::do_stop_round(const RoundStop& stop) {
 void EtcdRendezvous::do_node_done() {
   // torch's exit barrier, in both dialects: 1.13 waits for every "<prefix><rank>", 2.x counts members.
   kv_->set(kTerminal + std::to_string(rank_), std::to_string(rank_));
-  if (kv_->add(kTerminal + "/num_members", 1) == nodes_) kv_->set(kTerminal + "/last_member", "<val_ignored>");
+  if (kv_->add(kTerminal + "/num_members", 1) == nodes_)
+    kv_->set(kTerminal + "/last_member", "<val_ignored>");
 }
 
-void EtcdRendezvous::do_shutdown() { leases_.reset(); }
+void EtcdRendezvous::do_shutdown() {
+  leases_.reset();
+}
 
 }  // namespace ddprun::rdzv::etcd

@@ -1,11 +1,11 @@
-// EtcdRendezvous::State: torch's active_version as read (the reply and its JSON). Private to etcd_rendezvous.cc
-// and etcd_round.cc; read_state() validates the fields before any of these accessors is used.
+// EtcdRendezvous::State: torch's active_version as read (the reply and its JSON). Private to
+// etcd_rendezvous.cc and etcd_round.cc; read_state() validates the fields before any of these accessors is
+// used.
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "rendezvous/etcd/etcd_rendezvous.h"
 

@@ -1,11 +1,10 @@
 #include "rendezvous/etcd/etcd_store.h"
 
 #include <algorithm>
+#include <boost/beast/core/detail/base64.hpp>
 #include <map>
 #include <random>
 #include <thread>
-
-#include <boost/beast/core/detail/base64.hpp>
 
 #include "rendezvous/text_util.h"
 
@@ -42,7 +41,9 @@ void cas_backoff() {
   std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(1, 20)(rng)));
 }
 
-bool is(const EtcdKeyError& e, int code) { return e.code() == code; }
+bool is(const EtcdKeyError& e, int code) {
+  return e.code() == code;
+}
 
 }  // namespace
 
@@ -57,15 +58,18 @@ EtcdStore::EtcdStore(std::shared_ptr<Client> client, std::string prefix, millise
   if (prefix_.back() != '/') prefix_ += '/';
 }
 
-std::string EtcdStore::path(std::string_view key) const { return prefix_ + base64_encode(key); }
+std::string EtcdStore::path(std::string_view key) const {
+  return prefix_ + base64_encode(key);
+}
 
 std::string EtcdStore::decode_value(const Node& node) const {
   auto v = base64_decode(node.value);
   if (!v) {
-    throw BadReplyError("etcd key " + node.key + " at " + client_->current_endpoint() + " holds '" +
-                        printable(node.value) +
-                        "', not the base64 value a torch or ddprun agent writes: does another program use this "
-                        "prefix (" + prefix_ + ")?");
+    throw BadReplyError(
+        "etcd key " + node.key + " at " + client_->current_endpoint() + " holds '" + printable(node.value) +
+        "', not the base64 value a torch or ddprun agent writes: does another program use this "
+        "prefix (" +
+        prefix_ + ")?");
   }
   return *v;
 }
@@ -89,9 +93,13 @@ EtcdStore::Listing EtcdStore::list() {
   return out;
 }
 
-void EtcdStore::set(std::string_view key, std::string_view value) { client_->write(path(key), base64_encode(value)); }
+void EtcdStore::set(std::string_view key, std::string_view value) {
+  client_->write(path(key), base64_encode(value));
+}
 
-std::string EtcdStore::get(std::string_view key) { return get_within(key, timeout()); }
+std::string EtcdStore::get(std::string_view key) {
+  return get_within(key, timeout());
+}
 
 std::string EtcdStore::get_within(std::string_view key, milliseconds timeout) {
   const std::string p = path(key);
@@ -106,8 +114,9 @@ std::string EtcdStore::get_within(std::string_view key, milliseconds timeout) {
     }
     const auto left = duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      throw WaitTimeoutError("etcd key " + p + " ('" + printable(key) + "') at " + client_->current_endpoint() +
-                             " was not set within " + std::to_string(timeout.count()) + " ms");
+      throw WaitTimeoutError("etcd key " + p + " ('" + printable(key) + "') at " +
+                             client_->current_endpoint() + " was not set within " +
+                             std::to_string(timeout.count()) + " ms");
     }
     try {
       client_->watch(p, index + 1, false, left);
@@ -118,13 +127,14 @@ std::string EtcdStore::get_within(std::string_view key, milliseconds timeout) {
 }
 
 std::vector<EtcdStore::Found> EtcdStore::wait_any(const std::vector<std::vector<std::string>>& groups,
-                                                 milliseconds timeout) {
+                                                  milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
     Listing l = list();
     std::vector<Found> found;
     for (const auto& group : groups) {
-      auto first = std::find_if(group.begin(), group.end(), [&](const std::string& k) { return l.values.count(path(k)); });
+      auto first = std::find_if(group.begin(), group.end(),
+                                [&](const std::string& k) { return l.values.count(path(k)); });
       if (first == group.end()) break;  // this group has none yet
       const std::string& etcd_key = path(*first);
       found.push_back(Found{static_cast<size_t>(first - group.begin()),
@@ -140,8 +150,8 @@ std::vector<EtcdStore::Found> EtcdStore::wait_any(const std::vector<std::vector<
         if (!any) missing += (missing.empty() ? "" : ", ") + printable(group.front());
       }
       throw WaitTimeoutError("etcd keys under " + prefix_ + " at " + client_->current_endpoint() +
-                             " were not all set within " + std::to_string(timeout.count()) + " ms; missing: " +
-                             missing);
+                             " were not all set within " + std::to_string(timeout.count()) +
+                             " ms; missing: " + missing);
     }
     try {
       client_->watch(prefix_, l.index + 1, true, left);
@@ -188,7 +198,8 @@ int64_t EtcdStore::add(std::string_view key, int64_t delta) {
   }
 }
 
-std::string EtcdStore::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+std::string EtcdStore::compare_set(std::string_view key, std::string_view expected,
+                                   std::string_view desired) {
   const std::string p = path(key);
   while (true) {
     try {
@@ -221,7 +232,8 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
     }
   }
   Listing l = list();
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return l.values.count(path(k)) > 0; });
+  return std::all_of(keys.begin(), keys.end(),
+                     [&](const std::string& k) { return l.values.count(path(k)) > 0; });
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
@@ -238,7 +250,9 @@ bool EtcdStore::delete_key(std::string_view key) {
   }
 }
 
-int64_t EtcdStore::num_keys() { return static_cast<int64_t>(list().values.size()); }
+int64_t EtcdStore::num_keys() {
+  return static_cast<int64_t>(list().values.size());
+}
 
 void EtcdStore::append(std::string_view key, std::string_view value) {
   const std::string p = path(key);
@@ -251,7 +265,8 @@ void EtcdStore::append(std::string_view key, std::string_view value) {
     }
     try {
       const Node current = client_->get(p).node;
-      client_->write(p, base64_encode(decode_value(current) + std::string(value)), {.prev_value = current.value});
+      client_->write(p, base64_encode(decode_value(current) + std::string(value)),
+                     {.prev_value = current.value});
       return;
     } catch (const EtcdKeyError& e) {
       if (!is(e, kTestFailed) && !is(e, kKeyNotFound)) throw;
@@ -264,7 +279,8 @@ std::vector<std::string> EtcdStore::multi_get(const std::vector<std::string>& ke
   return multi_get_within(keys, timeout());
 }
 
-std::vector<std::string> EtcdStore::multi_get_within(const std::vector<std::string>& keys, milliseconds timeout) {
+std::vector<std::string> EtcdStore::multi_get_within(const std::vector<std::string>& keys,
+                                                     milliseconds timeout) {
   // One key: read it and watch only it (a listing would return, and every write under the prefix would wake,
   // the whole keyspace of the run).
   if (keys.size() == 1) return {get_within(keys.front(), timeout)};
@@ -277,7 +293,8 @@ std::vector<std::string> EtcdStore::multi_get_within(const std::vector<std::stri
 }
 
 void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
-  if (keys.size() != values.size()) throw InvalidArgumentError("EtcdStore::multi_set: keys and values differ in number");
+  if (keys.size() != values.size())
+    throw InvalidArgumentError("EtcdStore::multi_set: keys and values differ in number");
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
 }
 

@@ -12,9 +12,9 @@
 // slow defaults). Keys whose base64 holds a '/' nest under the prefix (etcd splits paths on '/'); torch's
 // listing then never finds them, ddprun's single-key reads do, and its listings walk the subtree.
 //
-// Threads: as the client (etcd_client.h), one call at a time. Errors: the client's (EtcdUnavailableError, ...)
-// and WaitTimeoutError for a wait that ran out; BadReplyError naming the etcd key for a value that is not
-// base64 (or, for add, not a number): somebody else's data under the prefix.
+// Threads: as the client (etcd_client.h), one call at a time. Errors: the client's (EtcdUnavailableError,
+// ...) and WaitTimeoutError for a wait that ran out; BadReplyError naming the etcd key for a value that is
+// not base64 (or, for add, not a number): somebody else's data under the prefix.
 #pragma once
 
 #include <chrono>
@@ -59,7 +59,8 @@ class EtcdStore final : public Store {
     size_t which = 0;
     std::string value;
   };
-  std::vector<Found> wait_any(const std::vector<std::vector<std::string>>& groups, std::chrono::milliseconds timeout);
+  std::vector<Found> wait_any(const std::vector<std::vector<std::string>>& groups,
+                              std::chrono::milliseconds timeout);
 
   // The etcd path of `key` ("<prefix><base64(key)>").
   std::string path(std::string_view key) const;
@@ -72,7 +73,8 @@ class EtcdStore final : public Store {
   Listing list();
   std::string decode_value(const Node& node) const;
   std::string get_within(std::string_view key, std::chrono::milliseconds timeout);
-  std::vector<std::string> multi_get_within(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  std::vector<std::string> multi_get_within(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout);
 
   std::shared_ptr<Client> client_;
   std::string prefix_;

@@ -4,7 +4,8 @@
 
 namespace ddprun::rdzv::etcd {
 
-LeaseKeeper::LeaseKeeper(std::unique_ptr<Client> client) : client_(std::move(client)), thread_([this] { run(); }) {}
+LeaseKeeper::LeaseKeeper(std::unique_ptr<Client> client)
+    : client_(std::move(client)), thread_([this] { run(); }) {}
 
 LeaseKeeper::~LeaseKeeper() {
   {
@@ -50,8 +51,9 @@ void LeaseKeeper::run() {
     lock.unlock();
     bool gone = false;
     try {
-      client_->write(due, "", WriteOptions{.prev_exist = true, .ttl = lease.ttl.count(), .dir = lease.dir,
-                                           .refresh = true});
+      client_->write(
+          due, "",
+          WriteOptions{.prev_exist = true, .ttl = lease.ttl.count(), .dir = lease.dir, .refresh = true});
     } catch (const EtcdKeyError& e) {
       gone = e.code() == kKeyNotFound;
       if (!gone) spdlog::warn("etcd: refreshing {} failed: {}", due, e.what());

@@ -1,8 +1,9 @@
-// LeaseKeeper: keeps etcd keys with a TTL alive from a thread of its own, as torch's etcd rendezvous does with
-// one thread per key (setup_lease_renewal): each key is refreshed every TTL/2. A key that is gone (expired,
-// deleted) is dropped; a refresh that fails for any other reason (etcd unreachable) is tried again at the next
-// tick, and the key expires if etcd stays away longer than its TTL — what torch's peers expect.
-// Threads: add/remove from any thread; the destructor stops and joins the thread. Never throws from the thread.
+// LeaseKeeper: keeps etcd keys with a TTL alive from a thread of its own, as torch's etcd rendezvous does
+// with one thread per key (setup_lease_renewal): each key is refreshed every TTL/2. A key that is gone
+// (expired, deleted) is dropped; a refresh that fails for any other reason (etcd unreachable) is tried again
+// at the next tick, and the key expires if etcd stays away longer than its TTL — what torch's peers expect.
+// Threads: add/remove from any thread; the destructor stops and joins the thread. Never throws from the
+// thread.
 #pragma once
 
 #include <chrono>

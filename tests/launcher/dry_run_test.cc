@@ -126,6 +126,23 @@ TEST_CASE("dry run: c10d leaves ranks, world size and the workers' store to the 
   CHECK_THAT(text, Catch::Contains("    LOCAL_WORLD_SIZE=2\n"));
 }
 
+TEST_CASE("dry run: etcd backends name the members; the workers host their own store", "[launcher][dry_run]") {
+  const std::string text = plan_text({"--nnodes", "2:4", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1,e2:2380",
+                                      "--rdzv_conf", "protocol=https,etcd_prefix=/p", "t.py"});
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("  rendezvous: etcd (torch's protocol, keys under /p), etcd https://e1:2379,e2:2380; "
+                                   "the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at "
+                                   "the rendezvous, run id none\n"));
+  CHECK_THAT(text, Catch::Contains("    TORCHELASTIC_USE_AGENT_STORE=False\n"));
+  CHECK_THAT(text, Catch::Contains("\n    MASTER_PORT=<decided at the rendezvous>\n"));
+  const std::string v2 = plan_text({"--nnodes", "2", "--rdzv_backend", "etcd-v2", "t.py"});
+  INFO(v2);
+  CHECK_THAT(v2, Catch::Contains("  rendezvous: etcd-v2 (ddprun's dynamic rendezvous on etcd), etcd "
+                                 "http://localhost:2379;"));
+  CHECK_THAT(v2, Catch::Contains("    TORCHELASTIC_USE_AGENT_STORE=False\n"));
+  CHECK_THAT(v2, Catch::Contains("heartbeat every 5 s"));
+}
+
 TEST_CASE("dry run: static node 1 of 2 knows its group but not the other node's workers",
           "[launcher][dry_run]") {
   const std::string text = plan_text(

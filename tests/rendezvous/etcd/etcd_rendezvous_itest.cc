@@ -37,7 +37,8 @@ EtcdRendezvousOptions legacy(const EtcdProcess& etcd, const std::string& run_id,
 // `n` handlers join at once with `workers` each; returns their rounds, in node-rank order.
 std::vector<RendezvousInfo> join_all(std::vector<std::unique_ptr<EtcdRendezvous>>& nodes, int workers = 2) {
   std::vector<std::future<RendezvousInfo>> joins;
-  for (auto& n : nodes) joins.push_back(std::async(std::launch::async, [&n, workers] { return n->next_rendezvous(workers); }));
+  for (auto& n : nodes)
+    joins.push_back(std::async(std::launch::async, [&n, workers] { return n->next_rendezvous(workers); }));
   std::vector<RendezvousInfo> rounds(nodes.size());
   for (auto& j : joins) {
     RendezvousInfo info = j.get();
@@ -48,10 +49,11 @@ std::vector<RendezvousInfo> join_all(std::vector<std::unique_ptr<EtcdRendezvous>
   return rounds;
 }
 
-std::vector<std::unique_ptr<EtcdRendezvous>> make_nodes(const EtcdProcess& etcd, const std::string& run_id, int n,
-                                                        int min, int max) {
+std::vector<std::unique_ptr<EtcdRendezvous>> make_nodes(const EtcdProcess& etcd, const std::string& run_id,
+                                                        int n, int min, int max) {
   std::vector<std::unique_ptr<EtcdRendezvous>> nodes;
-  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<EtcdRendezvous>(legacy(etcd, run_id, min, max)));
+  for (int i = 0; i < n; ++i)
+    nodes.push_back(std::make_unique<EtcdRendezvous>(legacy(etcd, run_id, min, max)));
   return nodes;
 }
 
@@ -90,7 +92,8 @@ TEST_CASE("etcd: a stop reaches every node; a restart forms the next version at 
   auto nodes = make_nodes(etcd, "restart", 2, 2, 2);
   join_all(nodes);
   CHECK_FALSE(nodes[0]->wait_round_stopped(50ms).has_value());
-  RoundStop failed{.kind = RoundStop::Kind::kFailed, .node_rank = 1, .detail = "rank 3 exit code 1", .exit_code = 1};
+  RoundStop failed{
+      .kind = RoundStop::Kind::kFailed, .node_rank = 1, .detail = "rank 3 exit code 1", .exit_code = 1};
   CHECK(nodes[1]->stop_round(failed).kind == RoundStop::Kind::kFailed);
   auto seen = nodes[0]->wait_round_stopped(5s);
   REQUIRE(seen.has_value());
@@ -215,7 +218,8 @@ TEST_CASE("etcd-v2: ddprun's dynamic rendezvous with etcd as its store", "[etcd]
   CHECK_FALSE(ia.agent_store);
   CHECK(ia.store_port == ib.store_port);
   CHECK(ia.store_port != 0);
-  b.stop_round(RoundStop{.kind = RoundStop::Kind::kFailed, .node_rank = ib.group_rank, .detail = "x", .exit_code = 1});
+  b.stop_round(
+      RoundStop{.kind = RoundStop::Kind::kFailed, .node_rank = ib.group_rank, .detail = "x", .exit_code = 1});
   auto seen = a.wait_round_stopped(5s);
   REQUIRE(seen.has_value());
   CHECK(seen->kind == RoundStop::Kind::kFailed);

@@ -148,7 +148,9 @@ TEST_CASE("torch's EtcdStore and ddprun's read each other's keys", "[etcd][store
   const std::string out = python(
       "import datetime, etcd\n"
       "from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore\n"
-      "s = EtcdStore(etcd.Client(\"127.0.0.1\", " + port + "), \"/t/interop\", datetime.timedelta(seconds=5))\n"
+      "s = EtcdStore(etcd.Client(\"127.0.0.1\", " +
+      port +
+      "), \"/t/interop\", datetime.timedelta(seconds=5))\n"
       "print(repr(s.get(\"from_ddprun\")))\n"
       "print(s.add(\"count\", 3))\n"
       "s.set(\"from_torch\", b\"torch\\x00value\")\n");
