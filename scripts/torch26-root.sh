@@ -26,8 +26,9 @@ root=${DDPRUN_TORCH26_ROOT:-/var/cache/ddprun/torch26-root}
 suite=trixie
 packages=python3-torch,libtorch-dev,g++,cmake,ninja-build,pkg-config,libboost-dev,libboost-filesystem-dev
 packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,libfmt-dev,catch2,ccache
-# python3-etcd: torch's etcd and etcd-v2 rendezvous backends (tests/integration/test_etcd_netns.py) import it.
-packages+=,python3-etcd
+# python3-etcd: torch's etcd and etcd-v2 rendezvous backends (tests/integration/test_etcd_netns.py) import it;
+# libssl-dev: the project's configure needs OpenSSL (rendezvous/etcd's https), also for the SDK's build here.
+packages+=,python3-etcd,libssl-dev
 stamp_text="$suite $packages shim-v1"
 
 die() {
