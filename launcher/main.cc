@@ -90,7 +90,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_etcd_rendezvous(const Laun
   };
   o.external_name = std::string(c.etcd.https ? "https://" : "http://") + members.endpoints.front().to_string();
   for (size_t i = 1; i < members.endpoints.size(); ++i) o.external_name += "," + members.endpoints[i].to_string();
-  o.external_name = "etcd at " + o.external_name;
+  o.external_name = "etcd " + o.external_name;  // "the store at etcd http://e1:2379,e2:2379: ..."
   return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
 }
 

@@ -100,7 +100,7 @@ struct DynamicRendezvousOptions {
   // standby (the store is replicated by itself), and the workers' rank 0 hosts their TCPStore on a free port
   // of node 0's host (RendezvousInfo::agent_store false), which node 0 publishes as r<r>/workers_store.
   std::function<std::unique_ptr<Store>(std::chrono::milliseconds request_timeout)> external_store;
-  std::string external_name;  // the store in messages ("etcd at h1:2379,h2:2379")
+  std::string external_name;  // the store in messages ("etcd http://h1:2379,h2:2379")
 };
 
 class DynamicRendezvous final : public RendezvousBase {
