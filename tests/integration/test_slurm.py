@@ -38,7 +38,7 @@ import unittest
 
 import ddprun_testlib
 from etcd_cluster import EtcdCluster
-from ddprun_testlib import PYTHON, free_port, skip_unless_required
+from ddprun_testlib import EXPECTED_TORCH, PYTHON, free_port, skip_unless_required
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -424,8 +424,12 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         etcd = EtcdCluster(self.path("etcd"), hosts=(1,))
         self.addCleanup(etcd.stop)
         etcd.start()
+        # Without an agent store the workers' rank 0 creates the job's TCPStore, with use_libuv taken from
+        # USE_LIBUV (default 1): Debian 13's torch 2.6 has no libuv (test_etcd_netns.py, LAUNCHER_ENV).
+        libuv = {} if (EXPECTED_TORCH or "1.").startswith("1.") else {"USE_LIBUV": "0"}
         env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"), RDZV_BACKEND="etcd",
-                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,timeout=120")
+                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,timeout=120",
+                        **libuv)
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
                                         "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
         out = self.output()
