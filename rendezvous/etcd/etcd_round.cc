@@ -125,15 +125,16 @@ std::optional<RoundStop> EtcdRendezvous::evaluate_round(uint64_t& index) {
     s = read_state(*watcher_client_);
   } catch (const EtcdKeyError& e) {
     if (e.code() != kKeyNotFound) throw;
-    index = std::max(index, e.index());
+    index = e.index();
     return membership("the etcd rendezvous state is gone (destroyed by a node that re-joins)");
   }
-  index = std::max(index, s.index());
+  // The watch goes on from the index of this first read: a change made between it and the reads below is
+  // then seen by the next watch (the later reads' indexes would skip it).
+  index = s.index();
   if (s.version() != version_ || (s.status() != "final" && s.status() != "closed")) {
     return membership("the etcd rendezvous moved on (version " + s.version() + ", " + s.status() + ")");
   }
   Response dir = watcher_client_->get(path("/rdzv/v_" + version_), GetOptions{.recursive = true});
-  index = std::max(index, dir.etcd_index);
   std::map<std::string, std::string> kv;  // etcd path -> raw value, the round's store
   std::vector<std::string> alive;
   for (const Node& n : dir.node.nodes) {
