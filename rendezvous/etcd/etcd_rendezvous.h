@@ -129,6 +129,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::unique_ptr<EtcdStore> kv_;          // the agent loop's view of the round's store
   std::unique_ptr<EtcdStore> watcher_kv_;  // the watcher's
   uint64_t watch_index_ = 0;               // watcher thread only
+  std::optional<Clock::time_point> unreachable_since_;  // watcher thread only: no etcd member answered since
 };
 
 }  // namespace ddprun::rdzv::etcd

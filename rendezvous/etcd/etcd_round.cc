@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/endpoint.h"
@@ -171,14 +172,29 @@ std::optional<RoundStop> EtcdRendezvous::evaluate_round(uint64_t& index) {
 std::optional<RoundStop> EtcdRendezvous::do_wait_round_stopped(milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
-    if (auto stop = evaluate_round(watch_index_)) return stop;
-    const auto left = duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return std::nullopt;
+    const auto started = Clock::now();
     try {
+      if (auto stop = evaluate_round(watch_index_)) return stop;
+      unreachable_since_.reset();
+      const auto left = duration_cast<milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return std::nullopt;
       if (!watcher_client_->watch(path("/rdzv"), watch_index_ + 1, true, left)) return std::nullopt;
     } catch (const EtcdKeyError& e) {
       if (e.code() != kEventIndexCleared) throw;
       watch_index_ = e.index();
+    } catch (const EtcdUnavailableError& e) {
+      // No member answers (restarting, a network blip): ridden out for one request timeout (read_timeout),
+      // as the dynamic backends ride out a silent store; then the round's store is lost.
+      const auto now = Clock::now();
+      if (!unreachable_since_) unreachable_since_ = started;  // the failed request began the silence
+      if (now - *unreachable_since_ >= options_.client.request_timeout) {
+        const auto ms = options_.client.request_timeout.count();
+        throw EtcdUnavailableError("etcd did not answer for " +
+                                   (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                                   " (read_timeout); last error: " + e.what());
+      }
+      if (now >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(200), duration_cast<milliseconds>(deadline - now)));
     }
   }
 }

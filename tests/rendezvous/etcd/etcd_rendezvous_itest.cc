@@ -145,6 +145,29 @@ TEST_CASE("etcd: a node that arrives at a running round with room ends it", "[et
   CHECK(late.get().world_size == 3);
 }
 
+TEST_CASE("etcd: the watcher rides out etcd back within read_timeout, and reports one gone for longer",
+          "[etcd][rendezvous]") {
+  EtcdProcess etcd;
+  EtcdRendezvousOptions o = legacy(etcd, "blip", 1, 1);
+  o.client.request_timeout = 5s;  // read_timeout
+  EtcdRendezvous node(o);
+  node.next_rendezvous(1);
+  etcd.kill();
+  CHECK_FALSE(node.wait_round_stopped(300ms).has_value());  // silent: not yet a failure
+  etcd.restart();                                           // back (same ports and data) within the 5 s
+  CHECK_FALSE(node.wait_round_stopped(300ms).has_value());
+  etcd.kill();
+  const auto lost = std::chrono::steady_clock::now();
+  try {
+    while (std::chrono::steady_clock::now() - lost < 30s) node.wait_round_stopped(500ms);
+    FAIL("etcd gone for 30 s was not reported");
+  } catch (const RendezvousStoreError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("etcd did not answer for 5 s (read_timeout)"));
+    CHECK_THAT(e.what(), Catch::Contains(etcd.endpoint().to_string()));
+  }
+  CHECK(std::chrono::steady_clock::now() - lost < 15s);  // bound: read_timeout plus one request
+}
+
 TEST_CASE("etcd: closed rendezvous, foreign state, other runs untouched", "[etcd][rendezvous]") {
   EtcdProcess etcd;
   Client raw({.endpoints = {etcd.endpoint()}});
