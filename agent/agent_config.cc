@@ -3,7 +3,7 @@
 #include <csignal>
 
 #include "agent/log_layout.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::agent {
 

@@ -1,6 +1,6 @@
 #include "agent/worker_env.h"
 
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 extern char** environ;
 

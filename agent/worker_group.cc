@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "agent/process/terminal.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::agent {
 
@@ -57,13 +58,6 @@ int node_of(const WorkerGroup& g) {
   return g.round.group_rank;
 }
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  std::string s = std::to_string(static_cast<double>(d.count()) / 1000.0);
-  s.erase(s.find_last_not_of('0') + 1);
-  if (s.ends_with('.')) s.pop_back();
-  return s;
-}
-
 // The job ends by `sig` as if the agent had got it: every worker gets it, the peers are told.
 void shut_down(WorkerGroup& g, int sig, Plan& plan) {
   const int node = node_of(g);
@@ -105,7 +99,7 @@ void on_worker_exited(WorkerGroup& g, const JobState& job, const GroupEvent& e, 
     plan.warn("local_rank " + std::to_string(w.local_rank) + " (pid " + std::to_string(w.pid) +
               "), which holds the terminal, ended by " + signal_name(e.status.signal) +
               ": interrupting the job, forwarding it to the workers (grace " +
-              seconds_text(p.shutdown_grace) + " s)");
+              duration_text(p.shutdown_grace) + ")");
     return shut_down(g, e.status.signal, plan);
   }
   w.state = WorkerState::kFailed;
@@ -194,7 +188,7 @@ void on_signal(WorkerGroup& g, const GroupEvent& e, const SupervisionPolicy& p, 
     return;
   }
   plan.warn("received " + signal_name(e.signal) + ": forwarding it to the workers (grace " +
-            seconds_text(p.shutdown_grace) + " s)");
+            duration_text(p.shutdown_grace) + ")");
   shut_down(g, e.signal, plan);
 }
 
@@ -213,8 +207,8 @@ void on_publish_result(WorkerGroup& g, const GroupEvent& e, Plan& plan, const Ro
 void on_hung(WorkerGroup& g, const SupervisionPolicy& p, Plan& plan) {
   if (g.state != GroupState::kHealthy || g.hung) return;
   g.hung = true;
-  plan.error("no rank made progress for " + seconds_text(p.hang_timeout) +
-             " s (--hang_timeout): capturing every rank's stack, then stopping the group");
+  plan.error("no rank made progress for " + duration_text(p.hang_timeout) +
+             " (--hang_timeout): capturing every rank's stack, then stopping the group");
   plan.add(Action::Kind::kCaptureStacks);
 }
 
@@ -265,7 +259,7 @@ void on_stacks_captured(WorkerGroup& g, const JobState& job, const GroupEvent& e
       .local_rank = odd->local_rank,
       .exit_code = kExitHung,
       .pid = odd->pid,
-      .message = "no progress from any rank for " + seconds_text(p.hang_timeout) + " s (--hang_timeout)",
+      .message = "no progress from any rank for " + duration_text(p.hang_timeout) + " (--hang_timeout)",
       .stacks = g.stack_summary});
   plan.stop_workers(SIGTERM);
   plan.add(Action::Kind::kProbeLiveness);
@@ -343,7 +337,7 @@ std::vector<Action> supervise(WorkerGroup& g, JobState& job, const GroupEvent& e
     case Kind::kBarrierTimeout:
       if (!g.in_exit_barrier) break;
       plan.warn("exit barrier: the other nodes did not finish within " +
-                seconds_text(p.exit_barrier_timeout) + " s; exiting with success");
+                duration_text(p.exit_barrier_timeout) + "; exiting with success");
       g.stop = RoundStop{RoundStop::Kind::kDone, node_of(g), "exit barrier timed out", 0};
       plan.stop_workers(SIGTERM);
       break;

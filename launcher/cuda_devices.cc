@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "launcher/flag_values.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 

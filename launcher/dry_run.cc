@@ -3,20 +3,20 @@
 #include <cstring>
 #include <initializer_list>
 #include <sstream>
+#include <variant>
 
 #include "agent/log_layout.h"
 #include "agent/process/worker_launch.h"  // signal_name
 #include "agent/worker_launches.h"
 #include "launcher/numa_topology.h"
 #include "launcher/slurm_env.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::launcher {
 namespace {
 
 std::string format_seconds(double s) {
-  std::ostringstream out;
-  out << s << " s";
-  return out.str();
+  return duration_text(std::chrono::duration<double>(s));
 }
 
 // The first round as the rendezvous would return it, where it is known (the rest is Plan::pending).
@@ -34,7 +34,8 @@ rdzv::RendezvousInfo first_round(const LaunchConfig& c) {
   info.world_size = layout.world_size;
   info.store_host = c.rdzv_kind == RendezvousKind::kStandalone ? kStandaloneMasterAddr : c.rdzv_endpoint.host;
   info.store_port = c.rdzv_endpoint.port;
-  info.agent_store = !etcd_kind(c.rdzv_kind);  // etcd: the workers' rank 0 hosts their store, as under torchrun
+  info.agent_store =
+      !etcd_kind(c.rdzv_kind);  // etcd: the workers' rank 0 hosts their store, as under torchrun
   return info;
 }
 
@@ -66,6 +67,10 @@ std::string store_text(const LaunchConfig& c, const std::map<std::string, std::s
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port->second;
 }
 
+// The end of the etcd backends' rendezvous line (before the run id).
+constexpr const char* kEtcdWorkersStore =
+    "; the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at the rendezvous";
+
 std::string rendezvous_line(const LaunchConfig& c, const Plan& plan) {
   std::string line = "  rendezvous: ";
   switch (c.rdzv_kind) {
@@ -81,32 +86,36 @@ std::string rendezvous_line(const LaunchConfig& c, const Plan& plan) {
           (c.is_host ? (*c.is_host ? " (is_host: this agent hosts it)" : " (is_host=false: not here)") : "") +
           "; the workers' store (MASTER_ADDR, MASTER_PORT) is decided at the rendezvous";
       break;
-    case RendezvousKind::kEtcd:
-    case RendezvousKind::kEtcdV2: {
-      std::string members = plan.store;
-      for (const auto& e : c.rdzv_fallbacks) members += "," + e.to_string();
-      line += std::string(c.rdzv_kind == RendezvousKind::kEtcd ? "etcd (torch's protocol, keys under " + c.etcd.prefix + ")"
-                                                               : "etcd-v2 (ddprun's dynamic rendezvous on etcd)") +
-              ", etcd " + (c.etcd.https ? "https://" : "http://") + members +
-              "; the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at the rendezvous";
+    case RendezvousKind::kEtcd: {
+      const auto& o = std::get<rdzv::etcd::EtcdRendezvousOptions>(plan.rendezvous);
+      line += "etcd (torch's protocol, keys under " + o.prefix + "), " + etcd_members_text(o.client) +
+              kEtcdWorkersStore;
       break;
     }
+    case RendezvousKind::kEtcdV2:
+      line += "etcd-v2 (ddprun's dynamic rendezvous on etcd), " +
+              std::get<rdzv::DynamicRendezvousOptions>(plan.rendezvous).external_name + kEtcdWorkersStore;
+      break;
   }
   return line + ", run id " + c.rdzv_id + "\n";
 }
 
-std::string timeouts_line(const LaunchConfig& c) {
-  const RdzvTimings& t = c.rdzv_timings;
-  std::string line = "  timeouts:   join " + format_seconds(t.join_timeout);
-  if (c.rdzv_kind == RendezvousKind::kEtcd) line += ", last call " + format_seconds(t.last_call_timeout) + ", etcd requests " + format_seconds(t.read_timeout);
-  if (c.rdzv_kind == RendezvousKind::kC10d || c.rdzv_kind == RendezvousKind::kEtcdV2) {
-    line += ", last call " + format_seconds(t.last_call_timeout) + ", close " +
-            format_seconds(t.close_timeout) + ", heartbeat every " + format_seconds(t.keep_alive_interval) +
-            " (" + std::to_string(t.keep_alive_max_attempt) + " missed: node lost), store reads " +
-            format_seconds(t.read_timeout);
+// "join 600 s, ...": the timeouts of the handler's options.
+struct TimeoutsText {
+  std::string operator()(const rdzv::StaticRendezvousOptions& o) const {
+    return "join " + duration_text(o.join_timeout);
   }
-  return line + "\n";
-}
+  std::string operator()(const rdzv::DynamicRendezvousOptions& o) const {
+    return "join " + duration_text(o.join_timeout) + ", last call " + duration_text(o.last_call_timeout) +
+           ", close " + duration_text(o.close_timeout) + ", heartbeat every " +
+           duration_text(o.keep_alive_interval) + " (" + std::to_string(o.keep_alive_max_attempt) +
+           " missed: node lost), store reads " + duration_text(o.read_timeout);
+  }
+  std::string operator()(const rdzv::etcd::EtcdRendezvousOptions& o) const {
+    return "join " + duration_text(o.join_timeout) + ", last call " + duration_text(o.last_call_timeout) +
+           ", etcd requests " + duration_text(o.client.request_timeout);
+  }
+};
 
 std::string nodes_line(const LaunchConfig& c, const Plan& plan) {
   const bool range = c.min_nodes != c.max_nodes;
@@ -238,6 +247,7 @@ Plan make_plan(const LaunchConfig& c, const agent::AgentConfig& a, const std::fi
   plan.run_dir = placeholder_run_dir(a, c.rdzv_id, temp_dir);
   plan.run_dir_temporary = a.log_dir.empty();
   plan.round = first_round(c);
+  plan.rendezvous = rendezvous_options(c);
   const agent::LogLayout layout(plan.run_dir);
   std::vector<agent::WorkerLogPaths> paths;
   for (int lr = 0; lr < static_cast<int>(a.workers.size()); ++lr)
@@ -249,7 +259,8 @@ Plan make_plan(const LaunchConfig& c, const agent::AgentConfig& a, const std::fi
 std::string format_plan(const LaunchConfig& c, const Plan& plan) {
   std::ostringstream out;
   out << "ddprun dry run: nothing was started\n";
-  out << rendezvous_line(c, plan) << timeouts_line(c) << nodes_line(c, plan);
+  out << rendezvous_line(c, plan) << "  timeouts:   " << std::visit(TimeoutsText{}, plan.rendezvous) << "\n"
+      << nodes_line(c, plan);
   out << "  workers:    " << plan.workers.size() << " on this node (--nproc_per_node " << c.nproc_spec
       << "), role " << c.role << ", max_restarts " << c.max_restarts << "\n";
   out << "  signals:    ";

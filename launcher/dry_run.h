@@ -26,6 +26,7 @@
 #include "agent/process/worker_launch.h"
 #include "launcher/agent_config.h"
 #include "launcher/launch_config.h"
+#include "launcher/rendezvous_options.h"
 #include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::launcher {
@@ -42,6 +43,9 @@ struct Plan {
   std::map<std::string, std::string> pending;  // variable -> placeholder printed instead of its value
   rdzv::RendezvousInfo round;  // the first round as this node would see it, where known (else see pending)
   std::vector<agent::WorkerLaunch> workers;  // index = local rank; from agent::worker_launches
+  // The handler's options, as a launch makes them (launcher/rendezvous_options.h): the timeouts and etcd
+  // members shown come from them.
+  RendezvousOptions rendezvous;
 };
 
 // The run directory the agent will create, its random part written as X's: <a.log_dir>/<run_id>_XXXXXXXX,

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 

@@ -9,8 +9,8 @@
 #include <unistd.h>
 #include <thread>
 
-#include "rendezvous/endpoint.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 
@@ -324,7 +324,7 @@ std::optional<StdSpec> parse_std_spec(const std::string& text) {
     if (rank.size() > 7 || rank.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
     auto v = digit(item.substr(colon + 1));
     if (!v) return std::nullopt;
-    spec.per_rank[std::stoi(rank)] = *v;
+    spec.per_rank[static_cast<int>(*parse_int(rank))] = *v;
   }
   return spec;
 }

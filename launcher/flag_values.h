@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 
 namespace ddprun::launcher {
 
@@ -51,7 +51,7 @@ struct Given {
 // Without leading and trailing blanks (space, tab, newline).
 std::string trim(const std::string& s);
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
-// once trimmed. (Splitting: split in rendezvous/text_util.h.)
+// once trimmed. (Splitting: split in rendezvous/util/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);
@@ -63,7 +63,7 @@ int int_at_least(const Given& g, long long min);
 // A number of seconds >= 0 (fractions allowed).
 double seconds(const Given& g);
 // A size in bytes of at least `min`: a whole number with an optional binary unit, "256M", "1G", "65536"
-// (rendezvous/text_util.h's parse_byte_size; blanks around it allowed).
+// (rendezvous/util/text_util.h's parse_byte_size; blanks around it allowed).
 uint64_t byte_size(const Given& g, uint64_t min);
 // Exactly one of `choices` (case-sensitive); returns it.
 std::string one_of(const Given& g, const std::vector<std::string>& choices);
@@ -118,7 +118,7 @@ inline std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// --rdzv_endpoint: "host[:port]" (rendezvous/endpoint.h), trimmed; blank = none (empty). The static backend
+// --rdzv_endpoint: "host[:port]" (rendezvous/store/endpoint.h), trimmed; blank = none (empty). The static backend
 // (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
 // comma-separated list, tried in order (the store failover: rendezvous/store_failover.h; etcd's members).
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port = 29400);

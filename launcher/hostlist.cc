@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "rendezvous/util/text_util.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -16,11 +18,12 @@ bool expand_ranges(std::string_view body, std::vector<std::string>& out, std::st
     size_t dash = item.find('-');
     std::string_view lo = item.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
-    unsigned long a = 0, b = 0;
-    if (!parse_uint(lo, a) || !parse_uint(hi, b)) {
+    const auto first = parse_uint(lo), last = parse_uint(hi);
+    if (!first || !last) {
       error = "bad range '" + std::string(item) + "' in '[" + std::string(body) + "]' (expected N or N-M)";
       return false;
     }
+    const uint64_t a = *first, b = *last;
     if (b < a) {
       error = "range '" + std::string(item) + "' goes backwards";
       return false;
@@ -29,7 +32,7 @@ bool expand_ranges(std::string_view body, std::vector<std::string>& out, std::st
       error = "range '" + std::string(item) + "' is too large";
       return false;
     }
-    for (unsigned long v = a; v <= b; ++v) {
+    for (uint64_t v = a; v <= b; ++v) {
       std::string num = std::to_string(v);
       if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');
       out.push_back(std::move(num));
@@ -100,12 +103,6 @@ bool expand_one(std::string_view expr, std::vector<std::string>& out, std::strin
 
 }  // namespace
 
-bool parse_uint(std::string_view s, unsigned long& v) {
-  if (s.empty() || s.size() > 18) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
 std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string& error) {
   std::vector<std::string> hosts;
   if (list.empty()) {
@@ -163,20 +160,18 @@ std::optional<std::vector<int>> expand_tasks_per_node(std::string_view spec, std
   while (true) {
     size_t comma = spec.find(',', start);
     std::string_view item = spec.substr(start, comma == std::string_view::npos ? spec.npos : comma - start);
-    unsigned long count = 0, times = 1;
+    std::optional<uint64_t> count, times = 1;
     size_t paren = item.find('(');
     if (paren == std::string_view::npos) {
-      if (!parse_uint(item, count)) return fail(item);
+      count = parse_uint(item);
     } else {
       if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')') return fail(item);
-      if (!parse_uint(item.substr(0, paren), count) ||
-          !parse_uint(item.substr(paren + 2, item.size() - paren - 3), times) || times == 0 ||
-          times > kMaxHosts) {
-        return fail(item);
-      }
+      count = parse_uint(item.substr(0, paren));
+      times = parse_uint(item.substr(paren + 2, item.size() - paren - 3));
     }
-    if (out.size() + times > kMaxHosts) return fail(item);
-    out.insert(out.end(), times, static_cast<int>(count));
+    if (!count || *count > INT32_MAX || !times || *times == 0 || *times > kMaxHosts) return fail(item);
+    if (out.size() + *times > kMaxHosts) return fail(item);
+    out.insert(out.end(), *times, static_cast<int>(*count));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }

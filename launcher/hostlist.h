@@ -20,9 +20,6 @@
 
 namespace ddprun::launcher {
 
-// A decimal number of at most 18 digits making up all of `s` (no sign, no spaces); false otherwise.
-bool parse_uint(std::string_view s, unsigned long& v);
-
 std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string& error);
 
 // "2(x3),1" -> {2, 2, 2, 1}.

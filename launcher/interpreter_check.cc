@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/process/worker_launch.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::launcher {
 
@@ -30,19 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxStderr = 65536;
 constexpr off_t kCacheRewriteAt = 32 * 1024;  // bytes; then the newest kCacheKeep lines are kept
 constexpr size_t kCacheKeep = 256;
-
-// A file descriptor closed when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  void reset() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-};
 
 // The line of an interpreter's stderr that says why it failed: Python's "Fatal Python error: ..." when
 // there is one, else the last non-empty line (a wrapper's own message: "pyenv: version `3.9' is not
@@ -101,12 +89,12 @@ void remember(const std::string& file, const std::string& line_text) {
   const std::string parent = dir.substr(0, dir.rfind('/'));
   ::mkdir(parent.c_str(), 0700);  // <cache> (HOME/.cache may not exist yet)
   ::mkdir(dir.c_str(), 0700);
-  Fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
-  if (fd.fd < 0) return;
+  UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+  if (fd.get() < 0) return;
   const std::string line = line_text + "\n";
-  if (::write(fd.fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return;
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) return;
   struct stat st {};
-  if (::fstat(fd.fd, &st) != 0 || st.st_size < kCacheRewriteAt) return;
+  if (::fstat(fd.get(), &st) != 0 || st.st_size < kCacheRewriteAt) return;
   fd.reset();
   std::vector<std::string> lines;
   {
@@ -129,7 +117,7 @@ void remember(const std::string& file, const std::string& line_text) {
 int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& args, std::string& err) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -2 - errno;
-  Fd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
 
   std::vector<std::string> env_strings;
   env_strings.reserve(c.env.size());
@@ -147,7 +135,7 @@ int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& a
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end.fd, 2);
+  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Default dispositions and an empty signal mask in the child, whatever the agent blocks or ignores.
@@ -166,12 +154,12 @@ int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& a
 
   // Read its stderr until it exits (its pidfd turns readable) or the deadline passes. A descendant that
   // keeps stderr open does not delay the verdict: the interpreter's own exit decides.
-  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   const auto until = Clock::now() + c.deadline;
   bool exited = false, eof = false;
   auto drain = [&] {
     char buf[4096];
-    const ssize_t r = ::read(read_end.fd, buf, sizeof buf);
+    const ssize_t r = ::read(read_end.get(), buf, sizeof buf);
     if (r > 0 && err.size() < kMaxStderr) err.append(buf, static_cast<size_t>(r));
     if (r == 0) eof = true;
     return r > 0;
@@ -183,11 +171,11 @@ int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& a
     nfds_t nfds = 0;
     int pipe_at = -1, pid_at = -1;
     if (!eof) {
-      fds[nfds] = {read_end.fd, POLLIN, 0};
+      fds[nfds] = {read_end.get(), POLLIN, 0};
       pipe_at = static_cast<int>(nfds++);
     }
-    if (pidfd.fd >= 0) {
-      fds[nfds] = {pidfd.fd, POLLIN, 0};
+    if (pidfd.get() >= 0) {
+      fds[nfds] = {pidfd.get(), POLLIN, 0};
       pid_at = static_cast<int>(nfds++);
     }
     // Without a pidfd (Linux < 5.3) the exit is looked at every 5 ms.
@@ -208,7 +196,7 @@ int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& a
   }
   if (!exited) return -1;
   // What it wrote before it exited is in the pipe now.
-  ::fcntl(read_end.fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(read_end.get(), F_SETFL, O_NONBLOCK);
   while (!eof && err.size() < kMaxStderr && drain()) {
   }
   return status;

@@ -10,8 +10,8 @@
 #include "launcher/flag_values.h"
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_launch.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/text_util.h"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "unknown"

@@ -28,7 +28,7 @@
 #include "launcher/flag_values.h"      // RdzvTimings
 #include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm_env.h"
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 
 namespace ddprun::launcher {
 
@@ -118,7 +118,7 @@ struct LaunchConfig {
   bool torchrun_exit_codes = false;
   double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
   // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
-  // (--store_memory_budget, ddprun extension; rendezvous/store_server.h's memory_budget).
+  // (--store_memory_budget, ddprun extension; rendezvous/store/store_server.h's memory_budget).
   uint64_t store_memory_budget = uint64_t{256} << 20;
   bool prestart = false;              // --prestart (ddprun extension): agent/process/prestart.h
   double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)

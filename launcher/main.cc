@@ -19,6 +19,8 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <utility>
+#include <variant>
 
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
@@ -28,111 +30,33 @@
 #include "launcher/dry_run.h"
 #include "launcher/launch_config.h"
 #include "launcher/preflight.h"
+#include "launcher/rendezvous_options.h"
 #include "launcher/slurm_port.h"
 #include "launcher/torch_version.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
-#include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/static_rendezvous.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace {
 
 using ddprun::launcher::LaunchConfig;
 using ddprun::launcher::millis;
-using ddprun::launcher::RendezvousKind;
 
-// etcd's members and how to reach them (--rdzv_endpoint, --rdzv_conf protocol and TLS files).
-ddprun::rdzv::etcd::ClientOptions etcd_client_options(const LaunchConfig& c, std::chrono::milliseconds request) {
-  ddprun::rdzv::etcd::ClientOptions o;
-  o.endpoints.push_back(c.rdzv_endpoint);
-  o.endpoints.insert(o.endpoints.end(), c.rdzv_fallbacks.begin(), c.rdzv_fallbacks.end());
-  o.https = c.etcd.https;
-  o.tls = {.ca_file = c.etcd.ca_file, .cert_file = c.etcd.cert_file, .key_file = c.etcd.key_file};
-  o.request_timeout = request;
-  return o;
-}
-
-std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_etcd_rendezvous(const LaunchConfig& c) {
-  const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
-  const auto members = etcd_client_options(c, millis(t.read_timeout));
-  if (c.rdzv_kind == RendezvousKind::kEtcd) {
-    ddprun::rdzv::etcd::EtcdRendezvousOptions o;
-    o.run_id = c.rdzv_id;
-    o.min_nodes = c.min_nodes;
-    o.max_nodes = c.max_nodes;
-    o.client = members;
-    o.prefix = c.etcd.prefix;
-    o.join_timeout = millis(t.join_timeout);
-    o.last_call_timeout = millis(t.last_call_timeout);
-    o.local_addr = c.local_addr;
-    o.role = c.role;
-    return std::make_unique<ddprun::rdzv::etcd::EtcdRendezvous>(o);
-  }
-  ddprun::rdzv::DynamicRendezvousOptions o;
-  o.run_id = c.rdzv_id;
-  o.min_nodes = c.min_nodes;
-  o.max_nodes = c.max_nodes;
-  o.endpoint_host = c.rdzv_endpoint.host;
-  o.endpoint_port = c.rdzv_endpoint.port;
-  o.join_timeout = millis(t.join_timeout);
-  o.last_call_timeout = millis(t.last_call_timeout);
-  o.close_timeout = millis(t.close_timeout);
-  o.keep_alive_interval = millis(t.keep_alive_interval);
-  o.keep_alive_max_attempt = t.keep_alive_max_attempt;
-  o.read_timeout = millis(t.read_timeout);
-  o.local_addr = c.local_addr;
-  o.failover = false;
-  const std::string prefix = "/ddprun/etcd-v2/run_" + c.rdzv_id;
-  o.external_store = [c, prefix](std::chrono::milliseconds request) -> std::unique_ptr<ddprun::rdzv::Store> {
-    auto client = std::make_shared<ddprun::rdzv::etcd::Client>(etcd_client_options(c, request));
-    return std::make_unique<ddprun::rdzv::etcd::EtcdStore>(client, prefix, request);
-  };
-  o.external_name = std::string(c.etcd.https ? "https://" : "http://") + members.endpoints.front().to_string();
-  for (size_t i = 1; i < members.endpoints.size(); ++i) o.external_name += "," + members.endpoints[i].to_string();
-  o.external_name = "etcd " + o.external_name;  // "the store at etcd http://e1:2379,e2:2379: ..."
-  return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
-}
-
+// The handler of `c`'s backend, with the options of launcher/rendezvous_options.h.
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchConfig& c) {
-  const ddprun::launcher::RdzvTimings& t = c.rdzv_timings;
-  if (ddprun::launcher::etcd_kind(c.rdzv_kind)) return make_etcd_rendezvous(c);
-  if (c.rdzv_kind == RendezvousKind::kC10d) {
-    ddprun::rdzv::DynamicRendezvousOptions o;
-    o.run_id = c.rdzv_id;
-    o.min_nodes = c.min_nodes;
-    o.max_nodes = c.max_nodes;
-    o.endpoint_host = c.rdzv_endpoint.host;
-    o.endpoint_port = c.rdzv_endpoint.port;
-    o.is_host = c.is_host;
-    o.join_timeout = millis(t.join_timeout);
-    o.last_call_timeout = millis(t.last_call_timeout);
-    o.close_timeout = millis(t.close_timeout);
-    o.keep_alive_interval = millis(t.keep_alive_interval);
-    o.keep_alive_max_attempt = t.keep_alive_max_attempt;
-    o.read_timeout = millis(t.read_timeout);
-    o.fallback_endpoints = c.rdzv_fallbacks;
-    o.failover = c.store_failover;
-    o.local_addr = c.local_addr;
-    o.store_memory_budget = c.store_memory_budget;
-    return std::make_unique<ddprun::rdzv::DynamicRendezvous>(o);
-  }
-  const bool standalone = c.rdzv_kind == RendezvousKind::kStandalone;
-  ddprun::rdzv::StaticRendezvousOptions o;
-  o.run_id = c.rdzv_id;
-  o.node_rank = standalone ? 0 : c.node_rank;
-  o.nnodes = c.max_nodes;
-  o.master_addr = c.rdzv_endpoint.host;
-  o.master_port = c.rdzv_endpoint.port;
-  o.host_store = o.node_rank == 0;
-  if (standalone) {
-    o.bind_host = c.rdzv_endpoint.host;
-    o.advertised_addr = ddprun::launcher::kStandaloneMasterAddr;
-  }
-  o.store_memory_budget = c.store_memory_budget;
-  o.join_timeout = millis(t.join_timeout);
-  o.connect_timeout = o.join_timeout;
-  return std::make_unique<ddprun::rdzv::StaticRendezvous>(o);
+  struct Make {
+    std::unique_ptr<ddprun::rdzv::RendezvousHandler> operator()(ddprun::rdzv::StaticRendezvousOptions o) {
+      return std::make_unique<ddprun::rdzv::StaticRendezvous>(std::move(o));
+    }
+    std::unique_ptr<ddprun::rdzv::RendezvousHandler> operator()(ddprun::rdzv::DynamicRendezvousOptions o) {
+      return std::make_unique<ddprun::rdzv::DynamicRendezvous>(std::move(o));
+    }
+    std::unique_ptr<ddprun::rdzv::RendezvousHandler> operator()(ddprun::rdzv::etcd::EtcdRendezvousOptions o) {
+      return std::make_unique<ddprun::rdzv::etcd::EtcdRendezvous>(std::move(o));
+    }
+  };
+  return std::visit(Make{}, ddprun::launcher::rendezvous_options(c));
 }
 
 // make_rendezvous, except under Slurm without a port given: then on the first free candidate port (agent 0),

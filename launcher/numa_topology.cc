@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "agent/process/worker_launch.h"
 #include "launcher/interpreter_check.h"
-#include "rendezvous/store_error.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_server.h"
 
 namespace ddprun::launcher {
 

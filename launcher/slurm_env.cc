@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "launcher/hostlist.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -56,11 +57,9 @@ class Deriver {
   std::optional<std::pair<Var, int>> number(std::initializer_list<const char*> names) {
     auto v = first_of(env_, names);
     if (!v) return std::nullopt;
-    unsigned long n = 0;
-    if (!parse_uint(v->value, n) || n > 1'000'000) {
-      fail(v->show() + " is not a number; is this environment really Slurm's?");
-    }
-    return std::make_pair(*v, static_cast<int>(n));
+    const auto n = parse_uint(v->value);
+    if (!n || *n > 1'000'000) fail(v->show() + " is not a number; is this environment really Slurm's?");
+    return std::make_pair(*v, static_cast<int>(*n));
   }
 
   void derive() {
@@ -70,10 +69,10 @@ class Deriver {
           "SLURM_JOB_ID is not set: ddprun is not running inside a Slurm job (start it with srun, inside "
           "sbatch or salloc)");
     }
-    unsigned long job_number = 0;
-    if (!parse_uint(job->value, job_number)) fail(job->show() + " is not a job number");
+    const auto job_number = parse_uint(job->value);
+    if (!job_number) fail(job->show() + " is not a job number");
     s_.job_id = job->value;
-    s_.ports = slurm_port_candidates(job_number);
+    s_.ports = slurm_port_candidates(*job_number);
 
     auto step = first_of(env_, {"SLURM_STEP_ID", "SLURM_STEPID"});
     auto job_nodes = number({"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});

@@ -5,8 +5,9 @@
 #include <algorithm>
 
 #include "launcher/slurm_env.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::launcher {
 
@@ -53,8 +54,8 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
         }
         throw rdzv::TimeoutError(
             "no store of Slurm step " + token + " on " + host + " after " +
-            std::to_string(timeout.count() / 1000) +
-            " s (is ddprun running on the first host of the step? see its log). Ports: " + detail);
+            duration_text(timeout) +
+            " (is ddprun running on the first host of the step? see its log). Ports: " + detail);
       }
       rdzv::StoreClientOptions o;
       o.connect_timeout = std::min(bound, left);

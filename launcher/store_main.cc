@@ -14,9 +14,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
-#include "rendezvous/store_error.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/util/text_util.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include "agent/process/worker_launch.h"  // find_program
 #include "launcher/interpreter_check.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 

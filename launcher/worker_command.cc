@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "launcher/launch_config.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 

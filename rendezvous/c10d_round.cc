@@ -4,9 +4,9 @@
 #include <climits>
 #include <numeric>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/rendezvous_handler.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 

@@ -7,6 +7,7 @@
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/reachability.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv {
 
@@ -32,8 +33,8 @@ void DynamicRendezvous::connect_to_job() {
     if (Clock::now() >= deadline) {
       throw RendezvousStoreError("rendezvous '" + run_id() + "': none of the endpoints " + names +
                                  " served the job within " +
-                                 std::to_string(options_.join_timeout.count() / 1000) +
-                                 " s (join_timeout). Check --rdzv_endpoint and that the first node runs");
+                                 duration_text(options_.join_timeout) +
+                                 " (join_timeout). Check --rdzv_endpoint and that the first node runs");
     }
     if (Clock::now() >= next_log) {
       spdlog::info("rendezvous {}: waiting for one of {} to serve the job", run_id(), names);

@@ -7,9 +7,10 @@
 #include <thread>
 
 #include "rendezvous/c10d_round.h"
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/reachability.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv {
 
@@ -85,9 +86,9 @@ void DynamicRendezvous::sit_out_if_failing() {
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
   spdlog::warn(
-      "rendezvous {}: the workers of agent {} caused {} failures; keeping this node out for {} s (the "
+      "rendezvous {}: the workers of agent {} caused {} failures; keeping this node out for {} (the "
       "cooldown doubles with each further failure)",
-      run_id(), options_.identity, failures, cooldown.count() / 1000);
+      run_id(), options_.identity, failures, duration_text(cooldown));
   std::this_thread::sleep_for(cooldown);
 }
 
@@ -169,8 +170,8 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
           " went away while this node waited for at least " + std::to_string(options_.min_nodes) +
           " nodes (" + std::to_string(k) +
           " had joined): the agent hosting it gave up, most likely at its join timeout (" +
-          std::to_string(options_.join_timeout.count() / 1000) +
-          " s here). Start every node within join_timeout of the first, with the same --rdzv_endpoint and "
+          duration_text(options_.join_timeout) +
+          " here). Start every node within join_timeout of the first, with the same --rdzv_endpoint and "
           "--rdzv_id, or lower --nnodes MIN (" +
           e.what() + ")");
     }
@@ -191,8 +192,8 @@ void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
 void DynamicRendezvous::last_call(int r) {
   const int min = options_.min_nodes, max = options_.max_nodes;
   if (max > min) {
-    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {} s",
-                 run_id(), r, min, min, max - min, options_.last_call_timeout.count() / 1000.0);
+    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {}",
+                 run_id(), r, min, min, max - min, duration_text(options_.last_call_timeout));
     try {
       store_->wait({round_key(r, "full")}, options_.last_call_timeout);
     } catch (const WaitTimeoutError&) {  // the last call is over
@@ -241,7 +242,7 @@ RendezvousTimeoutError DynamicRendezvous::too_few_nodes(int r, int64_t joined) c
   return RendezvousTimeoutError(
       "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
       " of at least " + std::to_string(options_.min_nodes) + " nodes joined within " +
-      std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() + " (joined: " + names +
+      duration_text(options_.join_timeout) + " at " + endpoint() + " (joined: " + names +
       "). Start more nodes with the same --rdzv_endpoint and --rdzv_id, or lower "
       "--nnodes MIN");
 }
@@ -251,8 +252,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   try {
     store_->wait({assign}, options_.close_timeout);
   } catch (const WaitTimeoutError&) {
-    spdlog::warn("rendezvous {} round {}: no rank assignment within {} s; starting a new round", run_id(), r,
-                 options_.close_timeout.count() / 1000);
+    spdlog::warn("rendezvous {} round {}: no rank assignment within {}; starting a new round", run_id(), r,
+                 duration_text(options_.close_timeout));
     keys_.stop(*store_, r, RoundStop{RoundStop::Kind::kMembership, -1, "closer vanished", 0});
     return std::nullopt;
   }
@@ -312,7 +313,7 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
   if (!stop) {
     throw RendezvousTimeoutError("rendezvous '" + run_id() + "': round " + std::to_string(r) +
                                  " stayed full (" + std::to_string(count) + " nodes = max) for " +
-                                 std::to_string(options_.join_timeout.count() / 1000) + " s at " +
+                                 duration_text(options_.join_timeout) + " at " +
                                  endpoint());
   }
   if (stop->kind == RoundStop::Kind::kDone) throw reused("finished");
@@ -336,7 +337,7 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   if (silent <= heartbeat_timeout()) return std::nullopt;
   if (auto stop = job_moved()) return stop;
   const std::string detail =
-      "node " + std::to_string(neighbour) + " stopped heartbeating for " + StoreSilence::seconds_text(silent);
+      "node " + std::to_string(neighbour) + " stopped heartbeating for " + duration_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
   keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   return std::nullopt;

@@ -15,8 +15,9 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
-#include "rendezvous/store_error.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/util/text_util.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::rdzv {
 
@@ -36,20 +37,13 @@ AddrInfo resolve(const std::string& host, uint16_t port, int socktype) {
   return AddrInfo(res);
 }
 
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 Reach probe_one(const addrinfo* a, std::chrono::milliseconds timeout) {
-  Fd s{::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol)};
-  if (s.fd < 0) return Reach::kSilent;
-  if (::connect(s.fd, a->ai_addr, a->ai_addrlen) == 0) return Reach::kOpen;
+  UniqueFd s{::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol)};
+  if (s.get() < 0) return Reach::kSilent;
+  if (::connect(s.get(), a->ai_addr, a->ai_addrlen) == 0) return Reach::kOpen;
   if (errno == ECONNREFUSED) return Reach::kRefused;
   if (errno != EINPROGRESS) return Reach::kSilent;  // unreachable network, no route: nothing answers
-  pollfd p{.fd = s.fd, .events = POLLOUT, .revents = 0};
+  pollfd p{.fd = s.get(), .events = POLLOUT, .revents = 0};
   int n;
   do {
     n = ::poll(&p, 1, static_cast<int>(timeout.count()));
@@ -57,7 +51,7 @@ Reach probe_one(const addrinfo* a, std::chrono::milliseconds timeout) {
   if (n <= 0) return Reach::kSilent;
   int err = 0;
   socklen_t len = sizeof err;
-  ::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
   if (err == 0) return Reach::kOpen;
   return err == ECONNREFUSED ? Reach::kRefused : Reach::kSilent;
 }
@@ -88,11 +82,11 @@ Reach probe_tcp(const std::string& host, uint16_t port, std::chrono::millisecond
 std::string source_address_towards(const std::string& host, uint16_t port) {
   AddrInfo res = resolve(host, port, SOCK_DGRAM);
   for (const addrinfo* a = res.get(); a; a = a->ai_next) {
-    Fd s{::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)};
-    if (s.fd < 0 || ::connect(s.fd, a->ai_addr, a->ai_addrlen) != 0) continue;  // UDP: no packet is sent
+    UniqueFd s{::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)};
+    if (s.get() < 0 || ::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) continue;  // UDP: no packet is sent
     sockaddr_storage local{};
     socklen_t len = sizeof local;
-    if (::getsockname(s.fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
     char buf[INET6_ADDRSTRLEN] = {};
     const void* addr =
         local.ss_family == AF_INET

@@ -5,8 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/endpoint.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 

@@ -23,8 +23,8 @@
 
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/round_keys.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 #include "rendezvous/store_silence.h"
 
 namespace ddprun::rdzv {

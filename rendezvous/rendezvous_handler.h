@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "rendezvous/rendezvous_error.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::rdzv {
 

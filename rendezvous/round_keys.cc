@@ -4,8 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/key_value_state.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/key_value_state.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 

@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv {
 
@@ -87,14 +88,14 @@ void StaticRendezvous::wait_complete(int r) {
           " (node 0's agent) went away while this node waited for the other nodes (" +
           std::to_string(joined) + " of " + std::to_string(n) +
           " had joined): node 0 gave up, most likely at its join timeout (" +
-          std::to_string(options_.join_timeout.count() / 1000) +
-          " s here). Start ddprun on every node within join_timeout of the first, with --nnodes " +
+          duration_text(options_.join_timeout) +
+          " here). Start ddprun on every node within join_timeout of the first, with --nnodes " +
           std::to_string(n) + " and the same --master_addr/--master_port (" + e.what() + ")");
     }
     throw RendezvousTimeoutError(
         "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
         " of " + std::to_string(n) + " nodes joined within " +
-        std::to_string(options_.join_timeout.count() / 1000) + " s at " + endpoint() +
+        duration_text(options_.join_timeout) + " at " + endpoint() +
         "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
         std::to_string(n) + " and the same --master_addr/--master_port");
   }

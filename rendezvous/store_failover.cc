@@ -6,9 +6,10 @@
 
 #include "rendezvous/reachability.h"
 #include "rendezvous/rendezvous_error.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/store_client.h"
 #include "rendezvous/store_silence.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv {
 
@@ -132,7 +133,7 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
                      name);
         return NewStore{.endpoint = c, .server = nullptr, .skipped = static_cast<int>(i)};
       } catch (const WaitTimeoutError&) {
-        why = "did not take over within " + StoreSilence::seconds_text(takeover_timeout_);
+        why = "did not take over within " + duration_text(takeover_timeout_);
       } catch (const StoreError& e) {
         why = e.what();
       }

@@ -38,9 +38,9 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/round_keys.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 
 namespace ddprun::rdzv {
 

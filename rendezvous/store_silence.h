@@ -13,7 +13,8 @@
 #include <utility>
 
 #include "rendezvous/rendezvous_error.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv {
 
@@ -45,7 +46,7 @@ class StoreSilence {
         dynamic_cast<const HandshakeTimeoutError*>(&e) ? "no reply to the connection's handshake" : e.what();
     throw RendezvousStoreError(context_ + "the store at " + endpoint_ +
                                (lost_ ? " went away and could not be reached for " : " did not answer for ") +
-                               seconds_text(silent) + " (tolerated: " + seconds_text(tolerance_) +
+                               duration_text(silent) + " (tolerated: " + duration_text(tolerance_) +
                                "); last error: " + last);
   }
 
@@ -55,13 +56,6 @@ class StoreSilence {
   static bool silent_or_gone(const StoreError& e) {
     return dynamic_cast<const TimeoutError*>(&e) != nullptr ||
            dynamic_cast<const ConnectionLostError*>(&e) != nullptr;
-  }
-
-  // "26 s" from 10 s up, "2.5 s" below.
-  static std::string seconds_text(std::chrono::milliseconds d) {
-    const auto ms = d.count();
-    if (ms >= 10000) return std::to_string(ms / 1000) + " s";
-    return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
   }
 
  private:

@@ -28,7 +28,8 @@ log() { echo "bench-allreduce: $*" >&2; }
 
 log "building in $build (Release)"
 mkdir -p "$build"
-if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_WERROR=OFF &&
+if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF \
+  -DDDPRUN_BUILD_BENCHMARKS=ON -DDDPRUN_WERROR=OFF &&
   ninja -C "$build" -j2 ddprun ddprun-allreduce-bench; } >"$build/bench-allreduce-build.log" 2>&1; then
   cat "$build/bench-allreduce-build.log" >&2
   log "build failed"

@@ -33,7 +33,8 @@ log "$gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF \
-  -DCMAKE_PREFIX_PATH="$torch_prefix" -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=ON -DDDPRUN_WITH_NCCL=ON \
+  -DDDPRUN_BUILD_BENCHMARKS=ON -DCMAKE_PREFIX_PATH="$torch_prefix" \
+  -DDDPRUN_WITH_TORCH=ON -DDDPRUN_WITH_CUDA=ON -DDDPRUN_WITH_NCCL=ON \
   -DDDPRUN_TORCH_PYTHON="$(command -v "$python")" >"$build/configure.log"
 cmake --build "$build" -j "$(nproc)" --target ddprun ddprun-example-train ddprun-nccl-allreduce-bench \
   nccl_tests worker_sdk_torch_tests >"$build/build.log"

@@ -50,7 +50,8 @@ if [[ ${BENCH_BUILD:-1} == 0 ]]; then
 else
   log "building in $build (Release)"
   mkdir -p "$build"
-  if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF &&
+  if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF \
+    -DDDPRUN_BUILD_BENCHMARKS=ON &&
     ninja -C "$build" -j2 ddprun-rendezvous-sim ddprun-rendezvous-replay ddprun-store; } >"$build/bench-rendezvous-build.log" 2>&1; then
     cat "$build/bench-rendezvous-build.log" >&2
     log "build failed"
@@ -62,7 +63,11 @@ replay=$build/scripts/bench/ddprun-rendezvous-replay
 store=$build/launcher/ddprun-store
 torch_sim=$repo/scripts/bench/torch_c10d_rendezvous_sim.py
 for program in "$sim" "$replay" "$store"; do
-  [[ -x $program ]] || { log "missing $program"; exit 1; }
+  [[ -x $program ]] && continue
+  [[ $program == "$store" ]] ||
+    hint=": the benchmark programs are built only when $build is configured with -DDDPRUN_BUILD_BENCHMARKS=ON"
+  log "missing $program${hint:-}"
+  exit 1
 done
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 

@@ -12,7 +12,8 @@
 # (ddprun,ddprun-legacy,torch-1.13,torch-2.6; torch-2.6 is left out without the root), BENCH_REPEATS (3),
 # BENCH_SCALE_TIMEOUT (120 s per run), TORCH_PYTHON (/usr/bin/python3), BENCH_BUILD (1: configure and build
 # BUILD_DIR as Release; 0: use it as built).
-# Exit codes: 0 done (failed runs show in the table), 1 build failed or the descriptor limit is too low.
+# Exit codes: 0 done (failed runs show in the table), 1 build failed, a program is missing (BENCH_BUILD=0) or
+# the descriptor limit is too low.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +22,8 @@ log() { echo "bench-store-scale: $*" >&2; }
 
 if [[ ${BENCH_BUILD:-1} == 1 ]]; then
   log "building in $build (Release)"
-  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF >/dev/null
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_BENCHMARKS=ON \
+    -DDDPRUN_WERROR=OFF >/dev/null
   ninja -C "$build" ddprun-store ddprun-store-init-storm >&2 || { log "build failed"; exit 1; }
 fi
 ulimit -n "$(ulimit -Hn)"
@@ -33,6 +35,8 @@ if (( $(ulimit -n) < largest + 64 )); then
 fi
 servers=${BENCH_SCALE_SERVERS:-ddprun,ddprun-legacy,torch-1.13,torch-2.6}
 source "$repo/scripts/bench/common.sh"
+bench_require "$build/launcher/ddprun-store"
+bench_require "$build/scripts/bench/ddprun-store-init-storm"
 root_args=()
 if servers=$(torch26_configs "$servers"); then
   root_args=(--torch26-root "$repo/scripts/torch26-root.sh")

@@ -55,7 +55,8 @@ source "$repo/scripts/bench/common.sh"
 # ---- build ---------------------------------------------------------------------------------------------
 log "building in $build (Release)"
 mkdir -p "$build"
-if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF &&
+if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF \
+  -DDDPRUN_BUILD_BENCHMARKS=ON &&
   ninja -C "$build" -j2 bench; } >"$build/bench-build.log" 2>&1; then
   cat "$build/bench-build.log" >&2
   log "build failed"

@@ -19,7 +19,7 @@ jobs=${JOBS:-2}
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$repo" -B "$build" -G Ninja
 fi
-targets=(ddprun_sdk ddprun_rendezvous ddprun_text)
+targets=(ddprun_sdk ddprun_store ddprun_util)
 with_torch=0
 if grep -q '^DDPRUN_WITH_TORCH:' "$build/CMakeCache.txt" && [[ -f $build/ddprunConfig.cmake ]] &&
    grep -q 'set(ddprun_WITH_TORCH ON)' "$build/ddprunConfig.cmake"; then

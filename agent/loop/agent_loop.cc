@@ -12,7 +12,7 @@
 #include "agent/loop/progress_sampler.h"
 #include "agent/process/terminal.h"
 #include "agent/worker_launches.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::agent {
 
@@ -58,8 +58,9 @@ void AgentLoop::prepare() {
   try {
     run_dir_.emplace(RunDirectory::create(config_, rdzv_->run_id()));
   } catch (const std::filesystem::filesystem_error& e) {
-    spdlog::error("cannot create the log directory: {}; check --log_dir", e.what());
-    throw StepFailed{kExitSpawnFailed, "cannot set up the log directory"};
+    const std::string error = std::string("cannot create the log directory: ") + e.what();
+    spdlog::error("{}; check --log_dir", error);
+    throw StepFailed{kExitSpawnFailed, error};
   }
   processes_.emplace(config_, events_, run_dir_->prestart_stub());
   try {
@@ -67,8 +68,10 @@ void AgentLoop::prepare() {
     if (file_timer_enabled(config_))
       processes_->serve_file_timer(timer_file(config_, run_dir_->layout().run_dir()));
   } catch (const std::exception& e) {
-    spdlog::error("cannot set up the workers' watchdog: {}", e.what());
-    throw StepFailed{kExitSpawnFailed, "cannot set up the log directory"};
+    // The hooks (stack capture, --prestart's stub) or torch's FileTimer (TORCHELASTIC_TIMER_FILE).
+    const std::string error = std::string("cannot set up the workers' watchdog: ") + e.what();
+    spdlog::error("{}", error);
+    throw StepFailed{kExitSpawnFailed, error};
   }
   processes_->start();
   foreground_terminal_ = stdin_is_foreground_terminal();

@@ -44,7 +44,7 @@
 #include <set>
 #include <thread>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_launch.h"
 
 namespace ddprun::agent {

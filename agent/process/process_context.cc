@@ -25,7 +25,7 @@
 #include "agent/process/prestart.h"
 #include "agent/process/spawn.h"
 #include "agent/process/terminal.h"
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_streams.h"
 
 namespace ddprun::agent {

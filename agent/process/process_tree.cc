@@ -16,14 +16,17 @@
 #include <sstream>
 #include <string>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::agent {
 namespace {
 
+// A pid, process group or session id of /proc: the whole of `text`, within pid_t.
 bool parse_int(std::string_view text, pid_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
+  const auto v = parse_int_in<pid_t>(text, INT32_MIN, INT32_MAX);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 }  // namespace

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

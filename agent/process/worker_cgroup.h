@@ -27,7 +27,7 @@
 #include <string>
 #include <string_view>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

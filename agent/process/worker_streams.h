@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "agent/process/unique_fd.h"
+#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_launch.h"
 
 namespace ddprun::agent {

@@ -5,6 +5,8 @@
 #include <regex>
 #include <sstream>
 
+#include "rendezvous/util/text_util.h"
+
 namespace ddprun::agent {
 namespace {
 
@@ -15,9 +17,7 @@ struct Thread {
 };
 
 int to_int(const std::string& s) {
-  int v = 0;
-  std::from_chars(s.data(), s.data() + s.size(), v);
-  return v;
+  return parse_int_in<int>(s, 0, INT32_MAX).value_or(0);
 }
 
 // Every thread of the last dump in `text`: a new dump starts where a thread header follows non-dump lines.

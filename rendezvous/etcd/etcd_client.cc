@@ -1,444 +1,181 @@
-// EtcdClient over Boost.Beast: every network step is an asynchronous operation run on the client's own
-// io_context until it completes; beast::tcp_stream's deadline (expires_at) ends the step that outlives it
-// with beast::error::timeout. The resolver has a steady_timer of its own.
+// EtcdClient's two policies over MemberConnection (member_connection.h, the HTTP to one member): the request
+// policy (get, write, remove: member failover) and the watch policy (a long poll with its own deadline).
 #include "rendezvous/etcd/etcd_client.h"
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
 #include "rendezvous/etcd/etcd_v2_codec.h"
+#include "rendezvous/etcd/member_connection.h"
+#include "rendezvous/util/duration_text.h"
 
 namespace ddprun::rdzv::etcd {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace ssl = asio::ssl;
-using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using boost::system::error_code;
+using Outcome = MemberConnection::Outcome;
 
-constexpr unsigned kHttp11 = 11;
 constexpr auto kWatchRetryPause = std::chrono::milliseconds(100);  // a watch asks again at most this often
 constexpr auto kRetryPause = std::chrono::milliseconds(200);  // between two rounds of the members (no answer)
-constexpr std::size_t kMaxReplyBytes = 256u << 20;                 // a recursive listing of a large tree
-
-// "5 s", "1.5 s", "300 ms".
-std::string duration_text(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms < 1000) return std::to_string(ms) + " ms";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms) / 1000.0);
-  return text;
-}
-
-// An error's text as a message's clause: "connection refused", not "Connection refused".
-std::string error_text(const error_code& ec) {
-  std::string text = ec.message();
-  if (!text.empty() && text[0] >= 'A' && text[0] <= 'Z' &&
-      (text.size() < 2 || !(text[1] >= 'A' && text[1] <= 'Z'))) {
-    text[0] = static_cast<char>(text[0] - 'A' + 'a');
-  }
-  return text;
-}
-
-// OpenSSL's reason for a TLS failure; for a certificate that did not verify, the verifier's reason too.
-std::string tls_reason(const error_code& ec, SSL* ssl) {
-  std::string reason = ec.message();
-  if (ssl != nullptr) {
-    const long verify = SSL_get_verify_result(ssl);
-    if (verify != X509_V_OK) reason += " (" + std::string(X509_verify_cert_error_string(verify)) + ")";
-  }
-  return reason;
-}
 
 // One request as the caller made it.
 struct Call {
-  http::verb method = http::verb::get;
-  std::string key;     // normalized, unencoded: for messages
-  std::string target;  // "/v2/keys/<encoded key>?query"
-  std::string body;    // form, for PUT
-  bool watch = false;
-  Clock::time_point watch_deadline{};
-  std::chrono::milliseconds watch_timeout{0};
+  MemberConnection::Request http;
+  std::string key;  // normalized, unencoded: for messages
 };
 
-// What one attempt on one member came to.
-struct Attempt {
-  enum Kind {
-    kAnswer,         // an HTTP reply: `reply`
-    kMemberFailed,   // unreachable, silent, closed: `failure`; the next member is tried
-    kTlsFailed,      // the TLS handshake or the TLS layer failed: `failure`
-    kWatchTimedOut,  // watch: nothing within its timeout
-    kWatchEnded,     // watch: the member ended the reply without an event (empty body, idle close)
-  };
-  Kind kind = kAnswer;
-  http::response<http::string_body> reply;
-  std::string failure;
-  bool stale = false;  // a kept connection the member had closed meanwhile
+// A request for `key`, with `query` (may be empty) in the target and `body` (a form) in the request.
+Call call_for(std::string method, const std::string& key, const v2::Form& query, std::string body = "") {
+  Call call;
+  call.key = v2::normalized_key(key);
+  call.http.method = std::move(method);
+  call.http.target = v2::keys_path(call.key);
+  if (!query.text().empty()) call.http.target += "?" + query.text();
+  call.http.body = std::move(body);
+  return call;
+}
+
+// The members' failures in the current round of the list, for messages ("host:port: why; host:port: why").
+class Failures {
+ public:
+  void add(const std::string& member, const std::string& why, bool tls) {
+    each_.push_back(member + ": " + why);
+    tls_ = tls_ || tls;
+  }
+  std::size_t count() const { return each_.size(); }
+  std::string text() const {
+    std::string text;
+    for (const auto& f : each_) text += (text.empty() ? "" : "; ") + f;
+    return text;
+  }
+  // A new round. A TLS failure stays known for the rest of the call.
+  void clear() { each_.clear(); }
+  // Throws EtcdTlsError naming every failure when one of the call's failures was a TLS one.
+  void throw_if_tls() const {
+    if (tls_) throw EtcdTlsError("no etcd member answered over TLS: " + text());
+  }
+
+ private:
+  std::vector<std::string> each_;
+  bool tls_ = false;
 };
 
 }  // namespace
 
 struct Client::Impl {
-  // One keep-alive connection to members[member].
-  struct Connection {
-    std::size_t member = 0;
-    std::unique_ptr<beast::tcp_stream> plain;
-    std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
-    beast::flat_buffer buffer;
-    bool reused = false;  // carried a request already: a failure before any reply byte may be a stale one
-    beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
-  };
-
-  explicit Impl(const ClientOptions& options) : options(options) {
-    if (options.https) ssl_context.emplace(make_ssl_context(options.tls));
-  }
-
-  static ssl::context make_ssl_context(const TlsFiles& files) {
-    ssl::context ctx(ssl::context::tls_client);
-    ctx.set_verify_mode(ssl::verify_peer);
-    auto readable = [](const std::string& path, const char* what) {
-      std::FILE* f = std::fopen(path.c_str(), "rb");
-      if (f == nullptr) {
-        throw EtcdTlsError(std::string("etcd TLS: cannot read the ") + what + " '" + path +
-                           "': " + std::strerror(errno));
-      }
-      std::fclose(f);
-    };
-    auto load = [&](const std::string& path, const char* what, auto&& loader) {
-      readable(path, what);
-      error_code ec;
-      loader(ec);
-      if (ec)
-        throw EtcdTlsError(std::string("etcd TLS: the ") + what + " '" + path +
-                           "' is not usable: " + ec.message());
-    };
-    if (files.ca_file.empty()) {
-      ctx.set_default_verify_paths();
-    } else {
-      load(files.ca_file, "CA file", [&](error_code& ec) { ctx.load_verify_file(files.ca_file, ec); });
-    }
-    if (!files.cert_file.empty()) {
-      load(files.cert_file, "certificate file",
-           [&](error_code& ec) { ctx.use_certificate_chain_file(files.cert_file, ec); });
-      const std::string& key = files.key_file.empty() ? files.cert_file : files.key_file;
-      load(key, "key file", [&](error_code& ec) { ctx.use_private_key_file(key, ssl::context::pem, ec); });
-    } else if (!files.key_file.empty()) {
-      throw EtcdTlsError("etcd TLS: a key file ('" + files.key_file + "') without a certificate file");
-    }
-    return ctx;
-  }
+  explicit Impl(const ClientOptions& options) : options(options), connection(options) {}
 
   std::string member_text(std::size_t i) const { return options.endpoints[i].to_string(); }
+  std::size_t next(std::size_t member) const { return (member + 1) % options.endpoints.size(); }
 
-  // Runs the io_context until every started operation completed (their deadlines bound that).
-  void run() {
-    ioc.restart();
-    ioc.run();
+  // Shared by both policies: what member `i` made of `call`. Returns etcd's response, `i` now the member that
+  // answered last; nullopt with the failure added when the member failed or answered that etcd has no leader
+  // (errors 300-302, v2::read_reply). Throws EtcdKeyError for etcd's other error documents,
+  // EtcdProtocolError for a reply that is not etcd's.
+  std::optional<Response> response_of(std::size_t i, const Call& call, const Outcome& outcome,
+                                      Failures& failures) {
+    if (outcome.kind != Outcome::kReply) {
+      failures.add(member_text(i), outcome.failure, outcome.kind == Outcome::kTlsFailed);
+      return std::nullopt;
+    }
+    const v2::Reply reply{outcome.status, outcome.body, outcome.etcd_index};
+    const v2::RequestText request{call.http.method, call.http.target, call.key, member_text(i)};
+    std::string leaderless;
+    auto response = v2::read_reply(reply, request, leaderless);
+    current = i;
+    if (!response) failures.add(member_text(i), leaderless, false);
+    return response;
   }
 
-  void drop_connection() {
-    if (!connection) return;
-    error_code ignored;
-    connection->tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
-    connection->tcp().close();
-    run();  // completes whatever the close cancelled
-    connection.reset();
-  }
-
-  // Connects (and shakes hands) to member `i` by `deadline`; on failure returns the attempt that says why.
-  std::optional<Attempt> connect(std::size_t i, Clock::time_point deadline) {
-    const Endpoint& member = options.endpoints[i];
-    tcp::resolver resolver(ioc);
-    asio::steady_timer timer(ioc);
-    error_code ec;
-    tcp::resolver::results_type addresses;
-    bool resolve_timed_out = false;
-    timer.expires_at(deadline);
-    timer.async_wait([&](const error_code& e) {
-      if (!e) {
-        resolve_timed_out = true;
-        resolver.cancel();
+  // The request policy (get, write, remove). `call` goes to the member that answered last, then round the
+  // list: a member that cannot be reached, is silent for the request timeout, closes the connection, or
+  // answers that etcd has no leader passes it to the next one. When every member failed once, the list is
+  // tried again every 200 ms (a leader election takes about a second) while the request timeout since the
+  // call began lasts. Returns etcd's response. Throws what response_of throws; EtcdTlsError when every
+  // member failed, one of them over TLS; else, at the end, EtcdUnavailableError naming each member and what
+  // went wrong in the last round.
+  Response request(const Call& call) {
+    const auto started = Clock::now();
+    Failures failures;
+    bool again = false;  // a round after every member had failed once
+    for (std::size_t member = current;; member = next(member)) {
+      const Outcome outcome = connection.exchange(member, call.http);
+      if (auto response = response_of(member, call, outcome, failures)) return *std::move(response);
+      if (failures.count() < options.endpoints.size()) continue;
+      failures.throw_if_tls();
+      if (Clock::now() + kRetryPause >= started + options.request_timeout) {
+        throw EtcdUnavailableError(
+            (again ? "no etcd member answered within " + duration_text(options.request_timeout) + ": "
+                   : std::string("no etcd member answered: ")) +
+            failures.text());
       }
-    });
-    resolver.async_resolve(member.host, std::to_string(member.port),
-                           [&](const error_code& e, tcp::resolver::results_type r) {
-                             ec = e;
-                             addresses = std::move(r);
-                             timer.cancel();
-                           });
-    run();
-    const std::string budget = duration_text(options.request_timeout);
-    if (resolve_timed_out) return failed("cannot resolve the host within " + budget);
-    if (ec) return failed("cannot resolve the host: " + error_text(ec));
-
-    auto conn = std::make_unique<Connection>();
-    conn->member = i;
-    if (ssl_context) {
-      conn->tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc, *ssl_context);
-    } else {
-      conn->plain = std::make_unique<beast::tcp_stream>(ioc);
-    }
-    conn->tcp().expires_at(deadline);
-    conn->tcp().async_connect(addresses, [&](const error_code& e, const tcp::endpoint&) { ec = e; });
-    run();
-    if (ec == beast::error::timeout) return failed("no connection within " + budget);
-    if (ec) return failed(error_text(ec));
-    if (conn->tls) {
-      SSL* ssl = conn->tls->native_handle();
-      if (!SSL_set_tlsext_host_name(ssl, member.host.c_str())) {
-        return Attempt{Attempt::kTlsFailed, {}, "TLS: cannot set the server name '" + member.host + "'"};
-      }
-      conn->tls->set_verify_callback(ssl::host_name_verification(member.host));
-      conn->tls->async_handshake(ssl::stream_base::client, [&](const error_code& e) { ec = e; });
-      run();
-      if (ec == beast::error::timeout) return failed("no TLS handshake within " + budget);
-      if (ec && ec.category() == asio::error::get_ssl_category()) {
-        return Attempt{Attempt::kTlsFailed, {}, "TLS handshake failed: " + tls_reason(ec, ssl)};
-      }
-      if (ec) {  // closed during the handshake: most likely not an https port
-        return Attempt{Attempt::kTlsFailed,
-                       {},
-                       "TLS handshake failed: " + error_text(ec) + " (does the member serve https?)"};
-      }
-    }
-    connection = std::move(conn);
-    return std::nullopt;
-  }
-
-  // Why a member that asks for a client certificate may have refused this client.
-  std::string client_certificate_hint() const {
-    return options.tls.cert_file.empty()
-               ? " (the member requires a client certificate: none was given)"
-               : " (the member refused the client certificate '" + options.tls.cert_file + "')";
-  }
-
-  static Attempt failed(std::string why) { return Attempt{Attempt::kMemberFailed, {}, std::move(why)}; }
-
-  // Writes the request and reads the reply on the current connection. The reply's header is due by
-  // `header_deadline`, its body by `body_deadline` (later for a watch, which long-polls).
-  template <class Stream>
-  Attempt exchange(Stream& stream, http::request<http::string_body>& request, const Call& call,
-                   Clock::time_point header_deadline, Clock::time_point body_deadline) {
-    Connection& conn = *connection;
-    const bool conn_tls = conn.tls != nullptr;
-    const bool reused = conn.reused;
-    conn.reused = true;
-    const std::string budget = duration_text(options.request_timeout);
-    error_code ec;
-    conn.tcp().expires_at(header_deadline);
-    http::async_write(stream, request, [&](const error_code& e, std::size_t) { ec = e; });
-    run();
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxReplyBytes);
-    if (!ec) {
-      http::async_read_header(stream, conn.buffer, parser, [&](const error_code& e, std::size_t) { ec = e; });
-      run();
-    }
-    if (!ec && !parser.is_done()) {
-      conn.tcp().expires_at(body_deadline);
-      http::async_read(stream, conn.buffer, parser, [&](const error_code& e, std::size_t) { ec = e; });
-      run();
-    }
-    if (ec) {
-      const bool header_read = parser.is_header_done();
-      drop_connection();
-      if (ec == beast::error::timeout) {
-        if (call.watch && Clock::now() >= call.watch_deadline)
-          return Attempt{Attempt::kWatchTimedOut, {}, {}};
-        return failed("no answer within " + budget);
-      }
-      if (ec.category() == asio::error::get_ssl_category() && ec != ssl::error::stream_truncated) {
-        std::string why = "TLS: " + error_text(ec);
-        if (why.find("alert") != std::string::npos && why.find("certificate") != std::string::npos) {
-          why += client_certificate_hint();
-        }
-        return Attempt{Attempt::kTlsFailed, {}, why};
-      }
-      const bool closed = ec == http::error::end_of_stream || ec == asio::error::eof ||
-                          ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-                          ec == ssl::error::stream_truncated || ec == http::error::partial_message;
-      if (closed && reused && !header_read) {
-        return Attempt{Attempt::kMemberFailed, {}, "closed the connection", true};
-      }
-      if (closed && conn_tls && !header_read) {
-        // TLS 1.3 checks the client's certificate after the client's handshake ended: a member that refuses
-        // it sends an alert and closes, and the close (a reset, as the request is unread) may overtake the
-        // alert.
-        return Attempt{
-            Attempt::kTlsFailed,
-            {},
-            "TLS: the member closed the connection after the handshake" + client_certificate_hint()};
-      }
-      if (call.watch && header_read && closed) return Attempt{Attempt::kWatchEnded, {}, "closed"};
-      return failed(closed ? "closed the connection" : error_text(ec));
-    }
-    Attempt answer{Attempt::kAnswer, parser.release(), {}};
-    if (!answer.reply.keep_alive()) drop_connection();
-    return answer;
-  }
-
-  // One attempt of `call` on member `i`, over the kept connection when it goes there.
-  Attempt attempt(std::size_t i, const Call& call) {
-    const Endpoint& member = options.endpoints[i];
-    http::request<http::string_body> request{call.method, call.target, kHttp11};
-    request.set(http::field::host, member.to_string());
-    request.set(http::field::user_agent, "ddprun");
-    request.set(http::field::accept, "application/json");
-    request.keep_alive(true);
-    if (call.method == http::verb::put) {
-      request.set(http::field::content_type, "application/x-www-form-urlencoded");
-      request.body() = call.body;
-    }
-    request.prepare_payload();
-
-    for (int tries = 0;; ++tries) {
-      const auto now = Clock::now();
-      auto header_deadline = now + options.request_timeout;
-      if (call.watch) header_deadline = std::min(header_deadline, call.watch_deadline);
-      const auto body_deadline = call.watch ? call.watch_deadline : header_deadline;
-      if (connection && connection->member != i) drop_connection();
-      if (!connection) {
-        if (auto failure = connect(i, header_deadline)) {
-          if (call.watch && failure->kind == Attempt::kMemberFailed && Clock::now() >= call.watch_deadline) {
-            return Attempt{Attempt::kWatchTimedOut, {}, {}};
-          }
-          return *failure;
-        }
-      }
-      Attempt result = connection->tls
-                           ? exchange(*connection->tls, request, call, header_deadline, body_deadline)
-                           : exchange(*connection->plain, request, call, header_deadline, body_deadline);
-      // A kept connection the member had closed meanwhile: once more on a fresh one.
-      if (result.stale && tries == 0) continue;
-      return result;
+      again = true;
+      failures.clear();
+      std::this_thread::sleep_for(kRetryPause);
     }
   }
 
-  // Runs `call` on the members, in order from the one that answered last, until one answers (or, a watch, its
-  // timeout passed: nullopt).
-  // Runs `call` on the members, in order from the one that answered last, until one answers. A watch returns
-  // nullopt once its timeout passed with etcd there to say that nothing changed; a member lost during a watch
-  // (after one answered it) is retried, round the list, until the timeout.
-  std::optional<Response> perform(const Call& call) {
-    const std::size_t n = options.endpoints.size();
-    std::vector<std::string> failures;  // "host:port: why", since a member last answered
-    std::string unavailable;            // a watch: the last round in which no member answered
-    bool tls_failed = false;
-    bool answered = false;  // a member answered this call (a watch goes on after losing it)
-    std::size_t member = current;
-    const auto call_started = Clock::now();
-    int extra_rounds = 0;  // rounds of the list after every member had failed once
-    for (;;) {
+  // The watch policy. Long-polls `call` from the member that answered last until etcd reports a change (the
+  // response) or `timeout` passes with a member there to say that nothing changed (nullopt). A member that
+  // ends the poll without an event (an empty reply, a connection closed after the header) is asked again,
+  // the next one after a closed connection: not more than ten times a second. A member that fails passes
+  // the watch to the next one. A round in which every member failed throws EtcdUnavailableError ("no etcd
+  // member answered: ...") when no member answered the watch yet; after one did, the rounds go on (ten a
+  // second at most) until the timeout, and then EtcdUnavailableError names the failures since the last
+  // answer ("no etcd member answered within the watch's 1.5 s: ..."). Throws what response_of throws, and
+  // EtcdTlsError when every member of a round failed after one of the watch's failures was a TLS one.
+  std::optional<Response> watch(const Call& call, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    Failures failures;        // in this round
+    std::string unavailable;  // the last round in which every member failed
+    bool answered = false;
+    auto pause_from = [&](Clock::time_point started) {
+      std::this_thread::sleep_until(std::min(started + kWatchRetryPause, deadline));
+    };
+    for (std::size_t member = current;;) {
       const auto started = Clock::now();
-      Attempt result = attempt(member, call);
-      const std::string name = member_text(member);
-      std::optional<v2::Reply> reply;
-      if (result.kind == Attempt::kAnswer) {
-        reply = v2::Reply{result.reply.result_int(), result.reply.body(), std::nullopt};
-        const auto index = result.reply.find("X-Etcd-Index");
-        if (index != result.reply.end())
-          reply->etcd_index = std::string_view(index->value().data(), index->value().size());
-      }
-      if (reply && call.watch && v2::is_empty_watch_reply(*reply)) {
-        result.kind = Attempt::kWatchEnded;  // etcd ended the watch without an event: ask again
-      }
-      switch (result.kind) {
-        case Attempt::kAnswer: {
-          std::string failure;
-          const v2::RequestText request{std::string(http::to_string(call.method)), call.target, call.key,
-                                        name};
-          auto response = v2::read_reply(*reply, request, failure);
-          current = member;
-          if (response) return response;
-          failures.push_back(name + ": " + failure);
-          break;
-        }
-        case Attempt::kTlsFailed:
-          tls_failed = true;
-          [[fallthrough]];
-        case Attempt::kMemberFailed:
-          failures.push_back(name + ": " + result.failure);
-          break;
-        case Attempt::kWatchTimedOut:
-          if (failures.empty() && unavailable.empty()) return std::nullopt;
-          break;  // the timeout passed while members were lost: unavailable (below)
-        case Attempt::kWatchEnded:
-          // The watch goes on: at the same member after an empty reply, at the next one (the same one when
-          // alone) after a lost connection. Not more than ten times a second.
-          current = member;
-          answered = true;
-          failures.clear();
-          unavailable.clear();
-          if (!result.failure.empty()) member = (member + 1) % n;
-          std::this_thread::sleep_until(std::min(started + kWatchRetryPause, call.watch_deadline));
-          if (Clock::now() >= call.watch_deadline) return std::nullopt;
-          continue;
-      }
-      if (failures.size() >= n) {
-        std::string text;
-        for (const auto& f : failures) text += (text.empty() ? "" : "; ") + f;
-        if (tls_failed) throw EtcdTlsError("no etcd member answered over TLS: " + text);
-        if (!call.watch) {
-          // Every member failed once: a leader election, or members restarting. Round the list again while the
-          // request timeout lasts (an election takes about a second); then give up.
-          if (Clock::now() + kRetryPause < call_started + options.request_timeout) {
-            ++extra_rounds;
-            failures.clear();
-            std::this_thread::sleep_for(kRetryPause);
-            member = (member + 1) % n;
-            continue;
-          }
-          throw EtcdUnavailableError(
-              (extra_rounds == 0 ? "no etcd member answered: "
-                                 : "no etcd member answered within " + duration_text(options.request_timeout) + ": ") +
-              text);
-        }
-        if (!answered || Clock::now() >= call.watch_deadline) {
-          throw EtcdUnavailableError("no etcd member answered: " + text);
-        }
-        // A watch whose members were all lost: round the list again, until the timeout.
-        unavailable = text;
+      const Outcome outcome = connection.exchange(member, call.http, deadline);
+      const bool empty = outcome.kind == Outcome::kReply &&
+                         v2::is_empty_watch_reply(v2::Reply{outcome.status, outcome.body, std::nullopt});
+      if (empty || outcome.kind == Outcome::kCutShort) {  // the poll ended without an event: ask again
+        current = member;
+        answered = true;
         failures.clear();
-        std::this_thread::sleep_until(std::min(started + kWatchRetryPause, call.watch_deadline));
+        unavailable.clear();
+        if (!empty) member = next(member);
+        pause_from(started);
+        if (Clock::now() >= deadline) return std::nullopt;
+        continue;
       }
-      if (call.watch && Clock::now() >= call.watch_deadline) {
-        if (!failures.empty() || !unavailable.empty()) {
-          if (!failures.empty()) {
-            for (const auto& f : failures) unavailable += (unavailable.empty() ? "" : "; ") + f;
-          }
-          throw EtcdUnavailableError("no etcd member answered within the watch's " +
-                                     duration_text(call.watch_timeout) + ": " + unavailable);
+      if (outcome.kind == Outcome::kFailed && Clock::now() >= deadline) {  // the deadline ended the poll
+        if (failures.count() == 0 && unavailable.empty()) return std::nullopt;
+      } else if (auto response = response_of(member, call, outcome, failures)) {
+        return response;
+      }
+      if (failures.count() >= options.endpoints.size()) {
+        failures.throw_if_tls();
+        if (!answered || Clock::now() >= deadline) {
+          throw EtcdUnavailableError("no etcd member answered: " + failures.text());
         }
-        return std::nullopt;
+        unavailable = failures.text();
+        failures.clear();
+        pause_from(started);
       }
-      member = (member + 1) % n;
+      if (Clock::now() >= deadline) {
+        if (failures.count() == 0 && unavailable.empty()) return std::nullopt;
+        const std::string last = failures.text();
+        throw EtcdUnavailableError("no etcd member answered within the watch's " + duration_text(timeout) +
+                                   ": " + unavailable + (unavailable.empty() || last.empty() ? "" : "; ") +
+                                   last);
+      }
+      member = next(member);
     }
   }
 
-  ClientOptions options;
-  asio::io_context ioc;
-  std::optional<ssl::context> ssl_context;
-  std::unique_ptr<Connection> connection;
+  const ClientOptions& options;  // the Client's
+  MemberConnection connection;
   std::size_t current = 0;  // the member that answered last
 };
 
@@ -447,9 +184,7 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
   impl_ = std::make_unique<Impl>(options_);
 }
 
-Client::~Client() {
-  if (impl_) impl_->drop_connection();
-}
+Client::~Client() = default;
 
 std::string Client::current_endpoint() const {
   return impl_->member_text(impl_->current);
@@ -462,21 +197,13 @@ std::string Client::endpoints_text() const {
 }
 
 Response Client::get(const std::string& key, const GetOptions& options) {
-  Call call;
-  call.key = v2::normalized_key(key);
   v2::Form query;
   if (options.recursive) query.add_flag("recursive", true);
   if (options.quorum) query.add_flag("quorum", true);
-  call.target = v2::keys_path(call.key);
-  if (!query.text().empty()) call.target += "?" + query.text();
-  return *impl_->perform(call);
+  return impl_->request(call_for("GET", key, query));
 }
 
 Response Client::write(const std::string& key, const std::string& value, const WriteOptions& options) {
-  Call call;
-  call.method = http::verb::put;
-  call.key = v2::normalized_key(key);
-  call.target = v2::keys_path(call.key);
   v2::Form form;
   if (!options.dir && !options.refresh) form.add("value", value);
   if (options.dir) form.add_flag("dir", true);
@@ -489,38 +216,25 @@ Response Client::write(const std::string& key, const std::string& value, const W
   }
   if (options.prev_value) form.add("prevValue", *options.prev_value);
   if (options.prev_index) form.add("prevIndex", std::to_string(*options.prev_index));
-  call.body = form.text();
-  return *impl_->perform(call);
+  return impl_->request(call_for("PUT", key, v2::Form(), form.text()));
 }
 
 Response Client::remove(const std::string& key, const DeleteOptions& options) {
-  Call call;
-  call.method = http::verb::delete_;
-  call.key = v2::normalized_key(key);
   v2::Form query;
   if (options.prev_value) query.add("prevValue", *options.prev_value);
   if (options.prev_index) query.add("prevIndex", std::to_string(*options.prev_index));
   if (options.dir) query.add_flag("dir", true);
   if (options.recursive) query.add_flag("recursive", true);
-  call.target = v2::keys_path(call.key);
-  if (!query.text().empty()) call.target += "?" + query.text();
-  return *impl_->perform(call);
+  return impl_->request(call_for("DELETE", key, query));
 }
 
 std::optional<Response> Client::watch(const std::string& key, uint64_t wait_index, bool recursive,
                                       std::chrono::milliseconds timeout) {
-  Call call;
-  call.watch = true;
-  call.watch_deadline = Clock::now() + timeout;
-  call.watch_timeout = timeout;
-  call.key = v2::normalized_key(key);
   v2::Form query;
   query.add_flag("wait", true);
   if (wait_index > 0) query.add("waitIndex", std::to_string(wait_index));
   if (recursive) query.add_flag("recursive", true);
-  call.target = v2::keys_path(call.key);
-  call.target += "?" + query.text();
-  return impl_->perform(call);
+  return impl_->watch(call_for("GET", key, query), timeout);
 }
 
 }  // namespace ddprun::rdzv::etcd

@@ -3,14 +3,15 @@
 // nlohmann-json reads the replies. No HTTP is parsed by hand.
 //
 // Members: a client is given every member it may talk to (--rdzv_endpoint "host1:2379,host2:2379"). A request
-// goes to the member that answered last (the first one at the start); when that member cannot be reached,
-// does not answer within the request timeout, closes the connection, or answers that the cluster has no
-// leader (etcd error codes 300-302), the same request goes to the next member, round the list; when every
-// member failed, the list is tried again every 200 ms (a leader election takes about a second) until the
-// request timeout has passed since the call began: then EtcdUnavailableError names each member and what went
-// wrong in the last round. A compare-and-swap that timed out on one member and succeeded there anyway is
-// reported as a compare failure on the retry (etcd's own behaviour for python-etcd too); callers re-read and
-// decide. One keep-alive connection to the current member is reused between requests.
+// (get, write, remove) goes to the member that answered last (the first one at the start); when that member
+// cannot be reached, does not answer within the request timeout, closes the connection, or answers that the
+// cluster has no leader (etcd error codes 300-302), the same request goes to the next member, round the list;
+// when every member failed, the list is tried again every 200 ms (a leader election takes about a second)
+// until the request timeout has passed since the call began: then EtcdUnavailableError names each member and
+// what went wrong in the last round. A compare-and-swap that timed out on one member and succeeded there
+// anyway is reported as a compare failure on the retry (etcd's own behaviour for python-etcd too); callers
+// re-read and decide. One keep-alive connection to the current member is reused between requests
+// (member_connection.h).
 //
 // Keys are paths ("/torchelastic/p2p/run_x/rdzv/active_version"); a key without a leading '/' gets one. They
 // are sent as they are, '/' included (as python-etcd does); other bytes outside [A-Za-z0-9-._~/] are
@@ -22,18 +23,17 @@
 //
 // Errors (all derive from StoreError, store_error.h, so that the rendezvous boundary reports them):
 //   EtcdKeyError          etcd answered with an error document ({"errorCode":100,...}): key not found,
-//   compare
-//                         failed, node exists, ... — an answer, never retried on another member.
+//                         compare failed, node exists, ... — an answer, never retried on another member.
 //   EtcdUnavailableError  no member answered (ConnectionLostError): every endpoint and its failure in the
-//   text. EtcdProtocolError     a member answered, but not as etcd's v2 API does (BadReplyError): a 404 for
-//   /v2/keys
-//                         (etcd 3.4+ without --enable-v2=true: the message says so), another HTTP server, a
-//                         reply that is not the JSON etcd sends. Names the endpoint, the key and the status.
+//                         text.
+//   EtcdProtocolError     a member answered, but not as etcd's v2 API does (BadReplyError): a 404 for
+//                         /v2/keys (etcd 3.4+ without --enable-v2=true: the message says so), another HTTP
+//                         server, a reply that is not the JSON etcd sends. Names the endpoint, the key and
+//                         the status.
 //   EtcdTlsError          the TLS handshake failed (StoreError): the server's certificate is not signed by
-//   the
-//                         CA given, the client certificate was refused, a PEM file cannot be read; names the
-//                         endpoint and OpenSSL's reason.
-//   TimeoutError          only from watch(): never; a watch that times out returns nullopt.
+//                         the CA given, the client certificate was refused, a PEM file cannot be read; names
+//                         the endpoint and OpenSSL's reason.
+//   TimeoutError          never: a watch that times out returns nullopt.
 #pragma once
 
 #include <chrono>
@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/endpoint.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::rdzv::etcd {
 

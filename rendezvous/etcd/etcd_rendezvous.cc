@@ -5,13 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "rendezvous/etcd/etcd_state.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/etcd/lease_keeper.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/backoff.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv::etcd {
 
@@ -32,11 +32,6 @@ constexpr int64_t kRunIdSubrootTtl = 7200;
 // torch's EtcdRendezvousRetryImmediately / EtcdRendezvousRetryableFailure.
 struct RetryNow {};
 struct RetryLater {};
-
-void cas_backoff() {
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(1, 20)(rng)));
-}
 
 bool code_is(const EtcdKeyError& e, int code) {
   return e.code() == code;
@@ -118,6 +113,50 @@ EtcdRendezvous::State EtcdRendezvous::read_state(Client& client) const {
   return s;
 }
 
+std::optional<Response> EtcdRendezvous::update_state(const ChangeFn& change, IfGone if_gone) {
+  while (true) {
+    State s;
+    try {
+      s = read_state(*client_);
+    } catch (const EtcdKeyError& e) {
+      if (if_gone == IfGone::kThrow || !code_is(e, kKeyNotFound)) throw;
+      return std::nullopt;
+    }
+    const std::optional<Change> next = change(s);
+    if (!next) return std::nullopt;
+    try {
+      return client_->write(path("/rdzv/active_version"), next->value,
+                            {.prev_value = s.r.node.value, .ttl = next->ttl});
+    } catch (const EtcdKeyError& e) {
+      if (!code_is(e, kTestFailed)) throw;
+    }
+    retry_backoff();
+  }
+}
+
+bool EtcdRendezvous::watch_in_time(const std::string& key, bool recursive, uint64_t index,
+                                   std::optional<milliseconds> timeout) {
+  auto overall = duration_cast<milliseconds>(deadline_ - Clock::now()) + seconds(1);
+  const milliseconds t = std::max(milliseconds(1), timeout ? std::min(*timeout, overall) : overall);
+  try {
+    client_->watch(key, index, recursive, t);
+  } catch (const EtcdKeyError& e) {
+    if (!code_is(e, kEventIndexCleared)) throw;
+  }
+  return Clock::now() <= deadline_;
+}
+
+EtcdRendezvous::State EtcdRendezvous::wait_for_change(uint64_t index) {
+  if (!watch_in_time(path("/rdzv/active_version"), false, index, std::nullopt)) throw join_timed_out();
+  return read_state(*client_);
+}
+
+RendezvousTimeoutError EtcdRendezvous::join_timed_out() const {
+  return RendezvousTimeoutError(
+      "rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
+      " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
+}
+
 RendezvousInfo EtcdRendezvous::do_next_rendezvous(int local_world_size) {
   deadline_ = Clock::now() + options_.join_timeout;
   // The previous round's keep-alive: deleted rather than left to expire, so that the round is destroyed now.
@@ -135,11 +174,7 @@ RendezvousInfo EtcdRendezvous::do_next_rendezvous(int local_world_size) {
 
 EtcdRendezvous::Joined EtcdRendezvous::barrier() {
   while (true) {
-    if (Clock::now() > deadline_) {
-      throw RendezvousTimeoutError(
-          "rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
-          " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
-    }
+    if (Clock::now() > deadline_) throw join_timed_out();
     try {
       return init_phase();
     } catch (const RetryNow&) {
@@ -209,12 +244,12 @@ EtcdRendezvous::Joined EtcdRendezvous::join_phase(const std::string& version) {
 }
 
 std::pair<Response, int> EtcdRendezvous::join(const std::string& version) {
-  while (true) {
-    State s = read_state(*client_);
+  int rank = 0;
+  const auto joined = update_state([&](const State& s) -> std::optional<Change> {
     if (s.status() != "joinable") throw RetryLater{};
     if (s.version() != version) throw RetryNow{};
     json state = s.j;
-    const int rank = static_cast<int>(state["participants"].size());
+    rank = static_cast<int>(state["participants"].size());
     if (rank >= options_.max_nodes) {
       throw foreign(path("/rdzv/active_version"), s.r.node.value,
                     "a joinable state with more participants than --nnodes' maximum " +
@@ -230,15 +265,9 @@ std::pair<Response, int> EtcdRendezvous::join(const std::string& version) {
     } else if (static_cast<int>(state["participants"].size()) >= options_.min_nodes) {
       ttl = kJoinableEphemeralTtl;
     }
-    try {
-      Response r = client_->write(path("/rdzv/active_version"), state.dump(),
-                                  {.prev_value = s.r.node.value, .ttl = ttl});
-      return {r, rank};
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kTestFailed)) throw;
-    }
-    cas_backoff();
-  }
+    return Change{state.dump(), ttl};
+  });
+  return {*joined, rank};
 }
 
 Response EtcdRendezvous::wait_for_peers(const std::string& version) {
@@ -261,30 +290,19 @@ EtcdRendezvous::Joined EtcdRendezvous::confirm_phase(const std::string& version,
 }
 
 void EtcdRendezvous::confirm_membership(const std::string& version, int rank) {
-  while (true) {
-    State s = read_state(*client_);
+  const std::string lease_key = path("/rdzv/v_" + version + "/rank_" + std::to_string(rank));
+  update_state([&](const State& s) -> std::optional<Change> {
     if (s.status() != "frozen" || s.version() != version) throw RetryNow{};
-    const std::string lease_key = path("/rdzv/v_" + version + "/rank_" + std::to_string(rank));
-    client_->write(lease_key, "", {.ttl = kKeepAliveTtl});
+    client_->write(lease_key, "", {.ttl = kKeepAliveTtl});  // again after a lost race, as torch does
     json state = s.j;
     state["keep_alives"].push_back(lease_key);
-    const bool finalize = state["keep_alives"].size() == state["participants"].size();
-    if (finalize) {
-      state["status"] = "final";
-      state["num_workers_waiting"] = 0;
-    }
-    try {
-      client_->write(path("/rdzv/active_version"), state.dump(),
-                     {.prev_value = s.r.node.value,
-                      .ttl = finalize ? std::nullopt : std::optional<int64_t>(kFrozenTtl)});
-      keep_alive_key_ = lease_key;
-      leases_->add(lease_key, seconds(kKeepAliveTtl), false);
-      return;
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kTestFailed)) throw;
-    }
-    cas_backoff();
-  }
+    if (state["keep_alives"].size() != state["participants"].size()) return Change{state.dump(), kFrozenTtl};
+    state["status"] = "final";
+    state["num_workers_waiting"] = 0;
+    return Change{state.dump(), std::nullopt};
+  });
+  keep_alive_key_ = lease_key;
+  leases_->add(lease_key, seconds(kKeepAliveTtl), false);
 }
 
 Response EtcdRendezvous::wait_for_final(const std::string& version) {
@@ -304,19 +322,12 @@ void EtcdRendezvous::handle_existing(const std::string& version) {
 }
 
 void EtcdRendezvous::announce_waiting(const std::string& version) {
-  while (true) {
-    State s = read_state(*client_);
+  update_state([&](const State& s) -> std::optional<Change> {
     if (s.status() != "final" || s.version() != version) throw RetryNow{};
     json state = s.j;
     state["num_workers_waiting"] = state["num_workers_waiting"].get<int64_t>() + 1;
-    try {
-      client_->write(path("/rdzv/active_version"), state.dump(), {.prev_value = s.r.node.value});
-      return;
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kTestFailed)) throw;
-    }
-    cas_backoff();
-  }
+    return Change{state.dump(), std::nullopt};
+  });
 }
 
 void EtcdRendezvous::wait_to_free(const std::string& version) {
@@ -338,13 +349,7 @@ void EtcdRendezvous::wait_to_free(const std::string& version) {
       }
       return;
     }
-    const auto left = duration_cast<milliseconds>(deadline_ - Clock::now()) + seconds(1);
-    try {
-      client_->watch(path("/rdzv"), s.index() + 1, true, std::max(left, milliseconds(1)));
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kEventIndexCleared)) throw;
-    }
-    if (Clock::now() > deadline_) {
+    if (!watch_in_time(path("/rdzv"), true, s.index() + 1, std::nullopt)) {
       throw RendezvousTimeoutError(
           "rendezvous '" + run_id() + "': the running round (etcd version " + version +
           ") did not end within the join timeout; this node waited to join the next one");
@@ -354,76 +359,40 @@ void EtcdRendezvous::wait_to_free(const std::string& version) {
 }
 
 void EtcdRendezvous::last_call(const std::string& version, Clock::time_point deadline) {
-  State s = read_state(*client_);
   while (true) {
-    if (s.status() == "frozen" && s.version() == version) return;
-    if (s.status() != "joinable" || s.version() != version) throw RetryLater{};
-    if (Clock::now() >= deadline) {
+    bool freeze = false;
+    const auto written = update_state([&](const State& s) -> std::optional<Change> {
+      if (s.status() == "frozen" && s.version() == version) return std::nullopt;
+      if (s.status() != "joinable" || s.version() != version) throw RetryLater{};
+      freeze = Clock::now() >= deadline;
+      if (!freeze)
+        return Change{s.r.node.value, kJoinableEphemeralTtl};  // refreshes the joinable state's TTL
       json state = s.j;
       state["status"] = "frozen";
       state["keep_alives"] = json::array();
-      try {
-        client_->write(path("/rdzv/active_version"), state.dump(),
-                       {.prev_value = s.r.node.value, .ttl = kFrozenTtl});
-        return;
-      } catch (const EtcdKeyError& e) {
-        if (!code_is(e, kTestFailed)) throw;
-      }
-      cas_backoff();
-      s = read_state(*client_);
-      continue;
-    }
-    try {
-      // Refreshes the joinable state's TTL (the same value), then waits for a change up to half of it.
-      Response r = client_->write(path("/rdzv/active_version"), s.r.node.value,
-                                  {.prev_value = s.r.node.value, .ttl = kJoinableEphemeralTtl});
-      // torch oversleeps the last call by up to 1 s here; ddprun closes it on time.
-      const auto left = std::max(duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(1));
-      s = wait_for_change(r.etcd_index + 1, std::min<milliseconds>(seconds(kJoinableEphemeralTtl) / 2, left));
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kTestFailed)) throw;
-      cas_backoff();
-      s = read_state(*client_);
+      return Change{state.dump(), kFrozenTtl};
+    });
+    if (!written || freeze) return;
+    // Waits for a change up to half the joinable state's TTL. torch oversleeps the last call by up to 1 s
+    // here; ddprun closes it on time.
+    const auto left = std::max(duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(1));
+    const auto wait = std::min<milliseconds>(seconds(kJoinableEphemeralTtl) / 2, left);
+    if (!watch_in_time(path("/rdzv/active_version"), false, written->etcd_index + 1, wait)) {
+      throw join_timed_out();
     }
   }
-}
-
-EtcdRendezvous::State EtcdRendezvous::wait_for_change(uint64_t index, std::optional<milliseconds> timeout) {
-  auto overall = duration_cast<milliseconds>(deadline_ - Clock::now()) + seconds(1);
-  const milliseconds t = std::max(milliseconds(1), timeout ? std::min(*timeout, overall) : overall);
-  try {
-    client_->watch(path("/rdzv/active_version"), index, false, t);
-  } catch (const EtcdKeyError& e) {
-    if (!code_is(e, kEventIndexCleared)) throw;
-  }
-  if (Clock::now() > deadline_) {
-    throw RendezvousTimeoutError(
-        "rendezvous '" + run_id() + "': fewer than " + std::to_string(options_.min_nodes) +
-        " nodes joined within the join timeout (etcd at " + client_->endpoints_text() + ")");
-  }
-  return read_state(*client_);
 }
 
 void EtcdRendezvous::do_set_closed() {
-  while (true) {
-    State s;
-    try {
-      s = read_state(*client_);
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kKeyNotFound)) throw;
-      return;  // no rendezvous state (destroyed, or never made): nobody is left to tell
-    }
-    if (s.status() == "closed") return;
-    json state = s.j;
-    state["status"] = "closed";
-    try {
-      client_->write(path("/rdzv/active_version"), state.dump(), {.prev_value = s.r.node.value});
-      return;
-    } catch (const EtcdKeyError& e) {
-      if (!code_is(e, kTestFailed)) throw;
-    }
-    cas_backoff();
-  }
+  // No rendezvous state (destroyed, or never made): nobody is left to tell.
+  update_state(
+      [](const State& s) -> std::optional<Change> {
+        if (s.status() == "closed") return std::nullopt;
+        json state = s.j;
+        state["status"] = "closed";
+        return Change{state.dump(), std::nullopt};
+      },
+      IfGone::kNothingToChange);
 }
 
 bool EtcdRendezvous::do_is_closed() {

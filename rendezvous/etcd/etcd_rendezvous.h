@@ -5,10 +5,10 @@
 // Keys, under "<etcd_prefix>/run_<run_id>" (default prefix /torchelastic/p2p), exactly as torch writes them:
 //   (dir, TTL 2 h, refreshed)              the run's subroot
 //   /rdzv/version_counter                  the last rendezvous version handed out ("1", "2", ...)
-//   /rdzv/active_version                   JSON {"status": setup|joinable|frozen|final|closed, "version":
-//   "<n>",
-//                                          "participants": [0, 1, ...], "keep_alives": [keys],
-//                                          "num_workers_waiting": n}; TTLs as torch sets them
+//   /rdzv/active_version                   JSON {"status": setup|joinable|frozen|final|closed,
+//                                          "version": "<n>", "participants": [0, 1, ...], "keep_alives":
+//                                          [keys], "num_workers_waiting": n}; TTLs as torch sets them; every
+//                                          change is a compare-and-swap on the value read (prevValue)
 //   /rdzv/v_<n>/rank_<r>                   node r's keep-alive (TTL 10 s, refreshed every 5 s)
 //   /rdzv/v_<n>/kv/<base64 key>            the round's store (EtcdStore): what torch's agents then exchange —
 //                                          MASTER_ADDR / MASTER_PORT (node 0 publishes a free port of its
@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -109,7 +110,32 @@ class EtcdRendezvous final : public RendezvousHandler {
   void announce_waiting(const std::string& version);
   void wait_to_free(const std::string& version);
   void last_call(const std::string& version, Clock::time_point deadline);
-  State wait_for_change(uint64_t index, std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  // What a phase writes to active_version: the new value and its TTL in seconds (none: the key does not
+  // expire).
+  struct Change {
+    std::string value;
+    std::optional<int64_t> ttl;
+  };
+  // Given the state as read: the Change to write, nullopt for nothing to write, or a retry signal thrown.
+  using ChangeFn = std::function<std::optional<Change>(const State&)>;
+  // What a read that finds no active_version (etcd error 100) means to update_state.
+  enum class IfGone { kThrow, kNothingToChange };
+  // torch's read-change-compare-and-swap, the one loop of every phase that writes the state: reads
+  // active_version, asks `change`, and writes the Change with prevValue = the value read; a lost race (etcd
+  // error 101) pauses retry_backoff() and starts again from a fresh read. Returns the write's response;
+  // nullopt when `change` wrote nothing, or when the state is gone and `if_gone` says kNothingToChange.
+  // Throws what read_state, `change` and the write throw (but 101).
+  std::optional<Response> update_state(const ChangeFn& change, IfGone if_gone = IfGone::kThrow);
+  // Watches `key` (`recursive`: its subtree) from `index` for at most `timeout` and the join timeout left
+  // plus 1 s; a change, nothing, or an index older than etcd's history all end it. False once the join
+  // timeout has passed.
+  bool watch_in_time(const std::string& key, bool recursive, uint64_t index,
+                     std::optional<std::chrono::milliseconds> timeout);
+  // A watch of active_version from `index`, then the state read again; RendezvousTimeoutError once the join
+  // timeout has passed.
+  State wait_for_change(uint64_t index);
+  RendezvousTimeoutError join_timed_out() const;
   // The round's store and what torch's agents exchange in it (etcd_round.cc).
   RendezvousInfo share_round(const Joined& joined, int local_world_size);
   std::optional<RoundStop> evaluate_round(uint64_t& index);
@@ -126,9 +152,9 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string version_;
   int rank_ = -1;
   int nodes_ = 0;
-  std::unique_ptr<EtcdStore> kv_;          // the agent loop's view of the round's store
-  std::unique_ptr<EtcdStore> watcher_kv_;  // the watcher's
-  uint64_t watch_index_ = 0;               // watcher thread only
+  std::unique_ptr<EtcdStore> kv_;                       // the agent loop's view of the round's store
+  std::unique_ptr<EtcdStore> watcher_kv_;               // the watcher's
+  uint64_t watch_index_ = 0;                            // watcher thread only
   std::optional<Clock::time_point> unreachable_since_;  // watcher thread only: no etcd member answered since
 };
 

@@ -4,16 +4,16 @@
 
 #include <algorithm>
 #include <map>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
-#include "rendezvous/endpoint.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_state.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/etcd/lease_keeper.h"
 #include "rendezvous/reachability.h"
-#include "rendezvous/text_util.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv::etcd {
 
@@ -189,12 +189,14 @@ std::optional<RoundStop> EtcdRendezvous::do_wait_round_stopped(milliseconds time
       if (!unreachable_since_) unreachable_since_ = started;  // the failed request began the silence
       if (now - *unreachable_since_ >= options_.client.request_timeout) {
         const auto ms = options_.client.request_timeout.count();
-        throw EtcdUnavailableError("etcd did not answer for " +
-                                   (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
-                                   " (read_timeout); last error: " + e.what());
+        throw EtcdUnavailableError(
+            "etcd did not answer for " +
+            (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+            " (read_timeout); last error: " + e.what());
       }
       if (now >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(200), duration_cast<milliseconds>(deadline - now)));
+      std::this_thread::sleep_for(
+          std::min<milliseconds>(milliseconds(200), duration_cast<milliseconds>(deadline - now)));
     }
   }
 }

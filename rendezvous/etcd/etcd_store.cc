@@ -6,7 +6,8 @@
 #include <random>
 #include <thread>
 
-#include "rendezvous/text_util.h"
+#include "rendezvous/util/backoff.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv::etcd {
 
@@ -34,12 +35,6 @@ std::optional<std::string> base64_decode(std::string_view text) {
 }
 
 namespace {
-
-// A short random pause after a lost compare-and-swap, so that racing agents do not collide again in step.
-void cas_backoff() {
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(1, 20)(rng)));
-}
 
 bool is(const EtcdKeyError& e, int code) {
   return e.code() == code;
@@ -193,7 +188,7 @@ int64_t EtcdStore::add(std::string_view key, int64_t delta) {
       } catch (const EtcdKeyError& e) {
         if (!is(e, kTestFailed) && !is(e, kKeyNotFound)) throw;
       }
-      cas_backoff();
+      retry_backoff();
     }
   }
 }
@@ -271,7 +266,7 @@ void EtcdStore::append(std::string_view key, std::string_view value) {
     } catch (const EtcdKeyError& e) {
       if (!is(e, kTestFailed) && !is(e, kKeyNotFound)) throw;
     }
-    cas_backoff();
+    retry_backoff();
   }
 }
 

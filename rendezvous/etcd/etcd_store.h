@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "rendezvous/etcd/etcd_client.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::rdzv::etcd {
 

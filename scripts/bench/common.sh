@@ -23,17 +23,16 @@ stop_process() {
 # ---- build -----------------------------------------------------------------------------------------------
 # bench_build PROGRAM...: each PROGRAM is a path under $build whose name is its CMake target
 # ($build/launcher/ddprun). With BENCH_BUILD=0, only checks that they exist (e.g. the shared RelWithDebInfo
-# build, used as it is); otherwise configures $build as Release with -Werror off (GCC 12 at -O3 can report false
-# -Wmaybe-uninitialized warnings; the test builds keep -Werror on) and builds those targets, in a process
-# group of its own waited for with `wait`, so that INT/TERM stop the build at once. Exits 1 when a program is
-# missing or the build fails (its log, $build/<script>-build.log, is printed then).
+# build, used as it is); otherwise configures $build as Release with the benchmark programs on
+# (-DDDPRUN_BUILD_BENCHMARKS=ON) and -Werror off (GCC 12 at -O3 can report false -Wmaybe-uninitialized
+# warnings; the test builds keep -Werror on) and builds those targets, in a process group of its own waited
+# for with `wait`, so that INT/TERM stop the build at once. Exits 1 when a program is missing or the build
+# fails (its log, $build/<script>-build.log, is printed then).
 bench_build() {
   local program targets=() names
   if [[ ${BENCH_BUILD:-1} == 0 ]]; then
     log "using $build as built (BENCH_BUILD=0)"
-    for program in "$@"; do
-      [[ -x $program ]] || { log "missing $program"; exit 1; }
-    done
+    for program in "$@"; do bench_require "$program"; done
     return 0
   fi
   for program in "$@"; do targets+=("$(basename "$program")"); done
@@ -43,7 +42,8 @@ bench_build() {
   local build_log
   build_log=$build/$(basename "$0" .sh)-build.log
   # shellcheck disable=SC2016  # $1, $2 and $@ belong to the inner shell
-  setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WERROR=OFF &&
+  setsid bash -c 'cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_BENCHMARKS=ON \
+      -DDDPRUN_WERROR=OFF &&
     ninja -C "$2" -j2 "${@:3}"' build "$repo" "$build" "${targets[@]}" >"$build_log" 2>&1 &
   local build_pid=$!
   trap 'kill -- -$build_pid 2>/dev/null; exit 130' INT TERM
@@ -53,6 +53,19 @@ bench_build() {
     exit 1
   fi
   trap 'exit 130' INT TERM
+}
+
+# bench_require PROGRAM: exits 1 unless PROGRAM is executable; a missing benchmark program (one under
+# $build/scripts/bench) comes with how to get it: configure $build with -DDDPRUN_BUILD_BENCHMARKS=ON.
+bench_require() {
+  [[ -x $1 ]] && return 0
+  if [[ $1 == "$build"/scripts/bench/* ]]; then
+    log "missing $1: the benchmark programs are built only when $build is configured with" \
+      "-DDDPRUN_BUILD_BENCHMARKS=ON"
+  else
+    log "missing $1"
+  fi
+  exit 1
 }
 
 # ---- processes marked with a token ---------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import os
 import statistics
 import sys
 
+from bench_harness import cpu_model
+
 path, load_before, load_after, repeat, build_type, etcd_version, not_measured26 = sys.argv[1:8]
 runs = {}
 for line in open(path):
@@ -47,7 +49,7 @@ def ratio(a, b):
     return f"{q:.2f}×" if q < 10 else f"{q:.0f}×"
 
 
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+cpu = cpu_model()
 mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
 versions = sorted({r["torch"] for rs in runs.values() for r in rs if r.get("torch")})
 print(f"Machine: {os.cpu_count()} CPUs, {cpu}, {mem / 2**20:.0f} GiB; load average before {load_before}, "

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "scripts/bench/fd_limit.h"

@@ -22,7 +22,6 @@ Exit codes: 0 done (runs that did not recover show in the table), 1 the hosts ca
 
 import argparse
 import fcntl
-import json
 import os
 import signal
 import statistics
@@ -31,8 +30,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from recovery_bench import chosen_configs, parse_stamps  # noqa: E402
+from bench_harness import add_job_args, chosen_configs, parse_stamps, write_json
 
 CONFIGS = {"ddprun-1.13": ("ddprun", "1.13"), "ddprun-2.6": ("ddprun", "2.6"),
            "torchrun-1.13": ("torchrun 1.13", "1.13"), "torchrun-2.6": ("torchrun 2.6", "2.6")}
@@ -145,12 +143,8 @@ def one_run(args, name, port):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--train", required=True)
+    add_job_args(ap, "scripts/torch26-root.sh")
     ap.add_argument("--cluster", required=True, help="scripts/test-cluster.sh")
-    ap.add_argument("--python", default="/usr/bin/python3")
-    ap.add_argument("--torch26-root")
-    ap.add_argument("--torch26-python")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cap", type=float, default=90, help="seconds to wait after the kill")
@@ -182,10 +176,7 @@ def main():
         set_host_names(False)
         subprocess.run(["bash", args.cluster, "down"], capture_output=True)
         lock.close()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "load_before": load_before, "load_after": os.getloadavg()[0]}, f,
-                      indent=1)
+    write_json(args.json, {"results": results, "load_before": load_before, "load_after": os.getloadavg()[0]})
 
     def span(xs):
         if not xs:

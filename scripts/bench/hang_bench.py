@@ -30,19 +30,16 @@ Exit codes: 0 done (runs that did not end show in the table), 2 bad arguments.
 """
 
 import argparse
-import json
 import os
 import re
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launcher_bench import sweep  # noqa: E402
-from recovery_bench import chosen_configs, parse_stamps  # noqa: E402
+from bench_harness import (add_job_args, add_json_arg, add_token_arg, chosen_configs, in_work_dir, load_average,
+                           machine_line, parse_stamps, print_commands, print_tail, shorten_paths, spawn_logged,
+                           sweep, write_json)
 
 CONFIG_TEXT = {
     "ddprun-1.13": ("ddprun", "1.13"),
@@ -55,40 +52,27 @@ NPROC, HANG_RANK, HANG_STEP = 3, 2, 10
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--train", required=True, help="scripts/examples/ddp_train.py")
-    ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch 1.13")
-    ap.add_argument("--torch26-root", help="scripts/torch26-root.sh (torchrun 2.6)")
-    ap.add_argument("--torch26-python", help="scripts/torch26-python (ddprun's workers with torch 2.6)")
+    add_job_args(ap, "scripts/torch26-root.sh (torchrun 2.6)")
     ap.add_argument("--configs", default="ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-2.6")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--hang-timeout", type=float, default=15, help="ddprun's --hang_timeout")
     ap.add_argument("--cap", type=float, default=120, help="seconds after the hang before a run is killed")
     ap.add_argument("--false-positive-s", type=float, default=0,
                     help="also run a normal job under --hang_timeout 30 for this long (0: skip)")
-    ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
-    ap.add_argument("--json", help="write the raw results here")
+    add_token_arg(ap)
+    add_json_arg(ap)
     args = ap.parse_args()
     names = chosen_configs(ap, args, CONFIG_TEXT)
-    work = tempfile.mkdtemp(prefix="ddprun-bench-hang-")
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        return measure(args, names, work)
-    finally:
-        sweep(args.token)
-        shutil.rmtree(work, ignore_errors=True)
+    return in_work_dir("ddprun-bench-hang-", args.token, lambda work: measure(args, names, work))
 
 
 def run_launcher(argv, env, log_path, limit_s, cap=None, stop_signal=signal.SIGKILL):
-    """Runs argv in its own process group, output to log_path, until it exits or time runs out: limit_s after
-    the start, or cap=(stamp file, seconds) after the stamp's hang line. Out of time, the launcher gets
-    stop_signal (its process group SIGKILL 30 s later, or at once for SIGKILL).
+    """Runs argv (spawn_logged: its own process group, output to log_path) until it exits or time runs out:
+    limit_s after the start, or cap=(stamp file, seconds) after the stamp's hang line. Out of time, the
+    launcher gets stop_signal (its process group SIGKILL 30 s later, or at once for SIGKILL).
     Returns dict: wall_ns, rc (negative: signal), timed_out."""
-    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
-               (os.POSIX_SPAWN_DUP2, 1, 2)]
     t0 = time.monotonic_ns()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
+    pid = spawn_logged(argv, env, log_path)
     deadline = time.monotonic() + limit_s
     timed_out, kill_at = False, None
     while True:
@@ -127,7 +111,7 @@ def launcher_argv(args, name):
 def measure(args, names, work):
     env = dict(os.environ, OMP_NUM_THREADS="1", BENCH_LAUNCHER_TOKEN=args.token, USE_LIBUV="0")
     results = {n: {"runs": [], "command": None} for n in names}
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = load_average()
     started = time.monotonic()
     for i in range(args.reps):
         for name in names:
@@ -140,7 +124,7 @@ def measure(args, names, work):
                 "--log-every", "1000000", "--pg-timeout", "1800", "--hang-rank", str(HANG_RANK),
                 "--hang-step", str(HANG_STEP), "--stamp", stamp]
             results[name]["command"] = results[name]["command"] or display(args, argv, work, d)
-            load = open("/proc/loadavg").read().split()[0]
+            load = load_average()[0]
             # The cap counts from the hang; starting the job (imports, rendezvous) gets up to 120 s more.
             res = run_launcher(argv, env, os.path.join(d, "out.log"), 120 + args.cap, cap=(stamp, args.cap))
             ended = time.time_ns()
@@ -160,14 +144,12 @@ def measure(args, names, work):
             print(f"  {name:14} load {load}  {what}{'  leaked ' + str(len(leaked)) if leaked else ''}",
                   file=sys.stderr, flush=True)
             if hang is None:
-                print("  --- last output:\n" + "\n".join("    " + l for l in out.splitlines()[-12:]), file=sys.stderr)
+                print_tail(out)
     false_positive = run_false_positive(args, env, work) if args.false_positive_s > 0 else None
-    load_after = open("/proc/loadavg").read().split()[:3]
+    load_after = load_average()
     report(args, names, results, false_positive, load_before, load_after, time.monotonic() - started)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"load_before": load_before, "load_after": load_after, "results": results,
-                       "false_positive": false_positive}, f, indent=1)
+    write_json(args.json, {"load_before": load_before, "load_after": load_after, "results": results,
+                           "false_positive": false_positive})
     return 0
 
 
@@ -190,19 +172,11 @@ def run_false_positive(args, env, work):
 
 
 def display(args, argv, work, d):
-    text = " ".join(argv).replace(d, "$TMP/run").replace(work, "$TMP")
-    for path, short in ((args.ddprun, "ddprun"), (args.train, "ddp_train.py"),
-                        (args.torch26_python or "\0", "scripts/torch26-python"),
-                        (args.torch26_root or "\0", "scripts/torch26-root.sh"),
-                        (f"{args.python} -m torch.distributed.run", "torchrun")):
-        text = text.replace(path, short)
-    return text
+    return shorten_paths(" ".join(argv).replace(d, "$TMP/run").replace(work, "$TMP"), args)
 
 
 def report(args, names, results, false_positive, load_before, load_after, elapsed):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average before "
-          f"{' '.join(load_before)}, after {' '.join(load_after)}; measurement took {elapsed:.0f} s.")
+    print(f"{machine_line(load_before, load_after)}; measurement took {elapsed:.0f} s.")
     print(f"Job: ddp_train.py, {NPROC} ranks, gloo (timeout 1800 s, torch's default), batch 16; rank {HANG_RANK} "
           f"sleeps in stuck_in_data_loading() at step {HANG_STEP}; --max_restarts 0; ddprun --hang_timeout "
           f"{args.hang_timeout:g}; a run still going {args.cap:.0f} s after the hang is killed.\n")
@@ -232,14 +206,8 @@ def report(args, names, results, false_positive, load_before, load_after, elapse
               f"(to step {fp['last_step']}): "
               + ("hang reported (FALSE POSITIVE)" if fp["hang_reported"] else
                  "never reported as hung" + ("" if fp["ran_to_the_end"] else " (but the job ended early)")) + ".")
-    print("\nCommands (`$TMP/run` fresh per run; torchrun = "
-          f"{args.python} -m torch.distributed.run):\n\n```")
-    for name in names:
-        if results[name]["command"]:
-            print(results[name]["command"])
-    if false_positive:
-        print(false_positive["command"])
-    print("```")
+    print_commands(f"`$TMP/run` fresh per run; torchrun = {args.python} -m torch.distributed.run",
+                   [results[name]["command"] for name in names] + [(false_positive or {}).get("command")])
 
 
 if __name__ == "__main__":

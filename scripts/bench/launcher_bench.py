@@ -37,135 +37,23 @@ Exit codes: 0 done (failed runs show in the table), 2 bad arguments.
 """
 
 import argparse
-import json
 import os
 import re
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
-import threading
 import time
 
-
-def sweep(token, kill=True):
-    """Pids (not ours) whose environment holds BENCH_LAUNCHER_TOKEN=token; SIGKILLed when kill."""
-    needle = f"BENCH_LAUNCHER_TOKEN={token}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(name))
-        except OSError:
-            continue
-    if kill:
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    return found
+from bench_harness import (add_json_arg, add_token_arg, cpu_model, format_ms, in_work_dir, load_average,
+                           machine_line, parse_stamps, print_commands, quantile, run_once, sweep, write_json)
 
 
-class Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise Timeout()
-
-
-def run_once(argv, env, log_path, timeout_s, sample_hwm=False):
-    """Runs argv to its exit. Returns dict: wall_ns, rc (negative: signal), hwm_kb, timed_out.
-
-    sample_hwm: the VmHWM of the process argv[1:] (argv[0] is /usr/bin/time), sampled every 1 ms."""
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    hwm = [0]
-    stop = threading.Event()
-    signal.signal(signal.SIGALRM, _alarm)
-    t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
-    sampler = None
-    if sample_hwm:
-        def sample():
-            agent = None
-            while not stop.is_set():
-                try:
-                    if agent is None:  # the child of /usr/bin/time, once it has exec'ed
-                        with open(f"/proc/{pid}/task/{pid}/children") as f:
-                            kids = f.read().split()
-                        if kids and os.readlink(f"/proc/{kids[0]}/exe") != "/usr/bin/time":
-                            agent = int(kids[0])
-                    if agent is not None:
-                        with open(f"/proc/{agent}/status") as f:
-                            for line in f:
-                                if line.startswith("VmHWM:"):
-                                    hwm[0] = max(hwm[0], int(line.split()[1]))
-                except OSError:
-                    if agent is not None:
-                        return
-                time.sleep(0.001)
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-    timed_out = False
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    try:
-        _, status = os.waitpid(pid, 0)
-        t1 = time.perf_counter_ns()
-    except Timeout:
-        timed_out = True
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        _, status = os.waitpid(pid, 0)
-        t1 = time.perf_counter_ns()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        stop.set()
-    if sampler:
-        sampler.join()
-    rc = os.waitstatus_to_exitcode(status)
-    return {"wall_ns": t1 - t0, "rc": rc, "hwm_kb": hwm[0], "timed_out": timed_out}
-
-
-def quantile(xs, q):
-    """Linear interpolation between closest ranks (numpy's default)."""
-    s = sorted(xs)
-    if not s:
+def crash_and_restarts(path, nproc):
+    """(crash_ns, [start ns of attempt 1]) from a fake_worker --stamp file; None when incomplete."""
+    events = parse_stamps(path)
+    crash, starts = events.get(("crash", 0)), events.get(("start", 1), {})
+    if not crash or len(starts) != nproc:
         return None
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def parse_stamps(path, nproc):
-    """(crash_ns, [start ns of attempt 1]) from a --stamp file; None when incomplete."""
-    crash, starts = None, []
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 4:
-            continue
-        if parts[0] == "crash" and parts[1] == "0":
-            crash = int(parts[3])
-        elif parts[0] == "start" and parts[1] == "1":
-            starts.append(int(parts[3]))
-    if crash is None or len(starts) != nproc:
-        return None
-    return crash, starts
+    return min(crash.values()), list(starts.values())
 
 
 def main():
@@ -184,8 +72,8 @@ def main():
     ap.add_argument("--rss-reps", type=int, default=1, help="RSS runs per launcher")
     ap.add_argument("--stop-at", type=float, default=time.time() + 380,
                     help="unix time: no torchrun run is started that would likely end after it")
-    ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
-    ap.add_argument("--json", help="write the raw results here")
+    add_token_arg(ap)
+    add_json_arg(ap)
     ap.add_argument("--launchers", default="ddprun,torchrun,torchrun-0.1,torchrun-2.6")
     args = ap.parse_args()
     if args.nproc < 1:
@@ -206,13 +94,7 @@ def main():
             ap.error(f"unknown launcher {n}" + (" (needs --torch26-root)" if n == "torchrun-2.6" else ""))
     launchers = {n: all_launchers[n] for n in names}
 
-    work = tempfile.mkdtemp(prefix="ddprun-bench-launcher-")
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        return measure(args, launchers, work)
-    finally:
-        sweep(args.token)
-        shutil.rmtree(work, ignore_errors=True)
+    return in_work_dir("ddprun-bench-launcher-", args.token, lambda work: measure(args, launchers, work))
 
 
 def measure(args, launchers, work):
@@ -279,7 +161,7 @@ def measure(args, launchers, work):
         ok = res["rc"] == 0 and not res["timed_out"]
         detail = ""
         if kind == "restart" and ok:
-            stamps = parse_stamps(stamp, args.nproc)
+            stamps = crash_and_restarts(stamp, args.nproc)
             ok = stamps is not None
             if ok:
                 detail = f"  latency {(max(stamps[1]) - stamps[0]) / 1e6:.1f} ms"
@@ -333,7 +215,7 @@ def measure(args, launchers, work):
             plan.append(((i + 0.5) / args.wrapper_reps, "wrapper", "probe"))
     plan.sort(key=lambda p: p[0])
 
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = load_average()
     started = time.monotonic()
     print("launcher bench: warm-up", file=sys.stderr)
     for name in launchers:
@@ -348,13 +230,11 @@ def measure(args, launchers, work):
             continue
         one(name, kind)
     elapsed = time.monotonic() - started
-    load_after = open("/proc/loadavg").read().split()[:3]
+    load_after = load_average()
 
     # ---- report --------------------------------------------------------------------------------------------
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average "
-          f"before {' '.join(load_before)}, after {' '.join(load_after)}; niceness {os.nice(0)}; "
-          f"measurement took {elapsed:.0f} s; ddprun build {args.build_type}.")
+    print(f"{machine_line(load_before, load_after)}; niceness {os.nice(0)}; measurement took {elapsed:.0f} s; "
+          f"ddprun build {args.build_type}.")
     print(f"Workers: {args.nproc} × fake_worker (peak RSS alone {worker_rss / 1024:.1f} MiB).")
     wrapper_median = statistics.median(wrapper["launch"]) if wrapper and wrapper["launch"] else None
     if wrapper is not None:
@@ -367,9 +247,7 @@ def measure(args, launchers, work):
     print()
 
     def ms(x):
-        if x is None:
-            return "—"
-        return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+        return format_ms(x, 1)
 
     def stat(xs, what):
         if not xs:
@@ -428,23 +306,16 @@ def measure(args, launchers, work):
         if c != "ddprun" and "ddprun" in launchers:
             counts += " |"
     print(counts)
-    print("\nCommands (`fake_worker` = BUILD/tests/bin/fake_worker, `$TMP/logs-K` and `$TMP/stamp-K` "
-          f"fresh per run; torchrun = {args.python} -m torch.distributed.run (torch 1.13); the rss runs are the "
-          "launch command under `/usr/bin/time -f %M`):\n")
-    print("```")
-    for c in cols:
-        for kind in ("launch", "restart"):
-            if kind in results[c]["commands"]:
-                print(results[c]["commands"][kind])
-    print("```")
+    print_commands("`fake_worker` = BUILD/tests/bin/fake_worker, `$TMP/logs-K` and `$TMP/stamp-K` fresh per run; "
+                   f"torchrun = {args.python} -m torch.distributed.run (torch 1.13); the rss runs are the launch "
+                   "command under `/usr/bin/time -f %M`",
+                   [results[c]["commands"].get(kind) for c in cols for kind in ("launch", "restart")])
 
-    if args.json:
-        with open(args.json, "w") as f:
-            machine = {"cpus": os.cpu_count(), "cpu": cpu, "load_before": load_before,
-                       "load_after": load_after, "niceness": os.nice(0)}
-            json.dump({"machine": machine, "worker_rss_kb": worker_rss, "nproc": args.nproc,
-                       "build_type": args.build_type, "wrapper": wrapper, "results": results,
-                       "skipped": skipped}, f, indent=1)
+    machine = {"cpus": os.cpu_count(), "cpu": cpu_model(), "load_before": load_before, "load_after": load_after,
+               "niceness": os.nice(0)}
+    write_json(args.json, {"machine": machine, "worker_rss_kb": worker_rss, "nproc": args.nproc,
+                           "build_type": args.build_type, "wrapper": wrapper, "results": results,
+                           "skipped": skipped})
     return 0
 
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "ddprun/context.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 using namespace ddprun::sdk;
 using Clock = std::chrono::steady_clock;

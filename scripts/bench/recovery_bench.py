@@ -41,17 +41,14 @@ Exit codes: 0 done (failed runs show in the table), 2 bad arguments.
 """
 
 import argparse
-import json
 import os
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launcher_bench import quantile, run_once, sweep  # noqa: E402
+from bench_harness import (add_job_args, add_json_arg, add_token_arg, chosen_configs, format_ms, in_work_dir,
+                           load_average, machine_line, parse_stamps, print_commands, print_tail, quantile, run_once,
+                           shorten_paths, sweep, write_json)
 
 CONFIG_TEXT = {
     "ddprun-1.13": ("ddprun", "1.13", "workers --python /usr/bin/python3"),
@@ -66,44 +63,9 @@ CONFIG_TEXT = {
 BASELINE = {"1.13": "ddprun-1.13", "2.6": "ddprun-2.6"}  # what the ratios divide by
 
 
-def chosen_configs(ap, args, known):
-    """The names of --configs (comma-separated); each must be in `known` (name -> (launcher, torch version,
-    ...)), and a torch 2.6 one needs --torch26-root and --torch26-python (else ap.error)."""
-    names = [n for n in args.configs.split(",") if n]
-    for n in names:
-        if n not in known:
-            ap.error(f"unknown configuration {n}")
-        if known[n][1] == "2.6" and not (args.torch26_root and args.torch26_python):
-            ap.error(f"{n} needs --torch26-root and --torch26-python")
-    return names
-
-
-def parse_stamps(path):
-    """{(event, attempt): {rank: ns}} from a ddp_train.py --stamp file ({} when missing)."""
-    events = {}
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        return events
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 4 or not parts[3].isdigit():
-            continue
-        try:
-            attempt, rank = int(parts[1]), int(parts[2])
-        except ValueError:
-            continue
-        events.setdefault((parts[0], attempt), {})[rank] = int(parts[3])
-    return events
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ddprun", required=True)
-    ap.add_argument("--train", required=True, help="scripts/examples/ddp_train.py")
-    ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch 1.13")
-    ap.add_argument("--torch26-root", help="scripts/torch26-root.sh (torchrun 2.6, the wrapper probe)")
-    ap.add_argument("--torch26-python", help="scripts/torch26-python (ddprun's workers with torch 2.6)")
+    add_job_args(ap, "scripts/torch26-root.sh (torchrun 2.6, the wrapper probe)")
     ap.add_argument("--configs", default="ddprun-1.13,ddprun-2.6,torchrun-1.13,torchrun-1.13-0.1,torchrun-2.6,"
                     "torchrun-2.6-noshare")
     ap.add_argument("--reps", type=int, default=5)
@@ -122,19 +84,13 @@ def main():
     ap.add_argument("--stop-at", type=float, default=time.time() + 1500,
                     help="unix time: no run is started that would likely end after it")
     ap.add_argument("--build-type", default="?")
-    ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
-    ap.add_argument("--json", help="write the raw results here")
+    add_token_arg(ap)
+    add_json_arg(ap)
     args = ap.parse_args()
     names = chosen_configs(ap, args, CONFIG_TEXT)
     if not 0 <= args.fail_rank < args.nproc or not 0 <= args.fail_step < args.steps:
         ap.error("need 0 <= --fail-rank < --nproc and 0 <= --fail-step < --steps")
-    work = tempfile.mkdtemp(prefix="ddprun-bench-recovery-")
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        return measure(args, names, work)
-    finally:
-        sweep(args.token)
-        shutil.rmtree(work, ignore_errors=True)
+    return in_work_dir("ddprun-bench-recovery-", args.token, lambda work: measure(args, names, work))
 
 
 def measure(args, names, work):
@@ -168,12 +124,7 @@ def measure(args, names, work):
         return argv, d, extra_env
 
     def display(argv, extra_env):
-        text = " ".join(argv)
-        for path, short in ((args.ddprun, "ddprun"), (args.train, "ddp_train.py"), (work, "$TMP"),
-                            (args.torch26_python or "\0", "scripts/torch26-python"),
-                            (args.torch26_root or "\0", "scripts/torch26-root.sh"),
-                            (" ".join(torchrun13), "torchrun")):
-            text = text.replace(path, short)
+        text = shorten_paths(" ".join(argv).replace(work, "$TMP"), args)
         text = text.replace("$TMP/run-" + str(counter[0]), "$TMP/run-K")
         return " ".join(f"{k}={v}" for k, v in extra_env.items()) + (" " if extra_env else "") + text
 
@@ -184,7 +135,7 @@ def measure(args, names, work):
         argv, d, extra_env = command(name)
         r = results[name]
         r["command"] = r["command"] or display(argv, extra_env)
-        load = open("/proc/loadavg").read().split()[0]
+        load = load_average()[0]
         t_spawn = time.time_ns()
         res = run_once(argv, dict(env, **extra_env), os.path.join(d, "out.log"), args.timeout)
         slowest[name] = max(slowest.get(name, 0), res["wall_ns"] / 1e9)
@@ -222,8 +173,7 @@ def measure(args, names, work):
         print(f"  {name:21} {res['wall_ns'] / 1e9:6.1f} s  load {load}  {detail}"
               f"{'  leaked ' + str(len(leaked)) if leaked else ''}", file=sys.stderr, flush=True)
         if not run["recovered"] or res["rc"] != 0:
-            print("  --- last output:\n" + "\n".join(
-                ("    " + line) for line in run.get("tail", "").splitlines()[-12:]), file=sys.stderr)
+            print_tail(run.get("tail", ""))
 
     # Side measurements: the root's wrapper alone, and a Python importing torch.distributed (both versions).
     side = {"wrapper_ms": [], "import_ms": {}}
@@ -232,7 +182,7 @@ def measure(args, names, work):
         res = run_once(argv, env, os.path.join(work, "side.log"), 60)
         return res["wall_ns"] / 1e6 if res["rc"] == 0 and not res["timed_out"] else None
 
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = load_average()
     started = time.monotonic()
     pythons = {"1.13": args.python}
     if args.torch26_python:
@@ -260,20 +210,16 @@ def measure(args, names, work):
                 continue
             one(name)
     elapsed = time.monotonic() - started
-    load_after = open("/proc/loadavg").read().split()[:3]
+    load_after = load_average()
     report(args, names, results, side, skipped, load_before, load_after, elapsed)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"load_before": load_before, "load_after": load_after, "build_type": args.build_type,
-                       "nproc": args.nproc, "side": side, "results": results, "skipped": skipped}, f, indent=1)
+    write_json(args.json, {"load_before": load_before, "load_after": load_after, "build_type": args.build_type,
+                           "nproc": args.nproc, "side": side, "results": results, "skipped": skipped})
     return 0
 
 
 def report(args, names, results, side, skipped, load_before, load_after, elapsed):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average before "
-          f"{' '.join(load_before)}, after {' '.join(load_after)}; niceness {os.nice(0)}; measurement took "
-          f"{elapsed:.0f} s; ddprun build {args.build_type}.")
+    print(f"{machine_line(load_before, load_after)}; niceness {os.nice(0)}; measurement took {elapsed:.0f} s; "
+          f"ddprun build {args.build_type}.")
     print(f"Job: ddp_train.py, {args.nproc} ranks, gloo, hidden 256, batch 64, --steps {args.steps}; rank "
           f"{args.fail_rank} crashes (os._exit) at step {args.fail_step} of attempt 0; each step also sleeps "
           f"{args.step_sleep} s (a GPU step: the CPU idle); checkpoint every 5 steps; "
@@ -292,9 +238,7 @@ def report(args, names, results, side, skipped, load_before, load_after, elapsed
     print()
 
     def s(ms):
-        if ms is None:
-            return "—"
-        return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+        return format_ms(ms, 0)
 
     def col(name, key):
         return [r[key] for r in results[name]["runs"] if r.get("recovered") and key in r]
@@ -334,12 +278,8 @@ def report(args, names, results, side, skipped, load_before, load_after, elapsed
     leaked = {n: results[n]["leaked"] for n in names if results[n]["leaked"]}
     print(f"\nLeaked processes: {leaked or 'none'}; runs skipped for the time limit: "
           f"{ {n: k for n, k in skipped.items() if k} or 'none' }.")
-    print("\nCommands (`$TMP/run-K` fresh per run; torchrun = "
-          f"{args.python} -m torch.distributed.run):\n\n```")
-    for name in names:
-        if results[name]["command"]:
-            print(results[name]["command"])
-    print("```")
+    print_commands(f"`$TMP/run-K` fresh per run; torchrun = {args.python} -m torch.distributed.run",
+                   [results[name]["command"] for name in names])
 
 
 if __name__ == "__main__":

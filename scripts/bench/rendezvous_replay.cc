@@ -46,8 +46,8 @@
 
 #include "rendezvous/c10d_round.h"
 #include "rendezvous/store_failover.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {

@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 #include "scripts/bench/fd_limit.h"
 
 extern char** environ;

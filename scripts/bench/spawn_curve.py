@@ -14,15 +14,12 @@ Exit codes: 0 done, 2 bad arguments.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launcher_bench import run_once, sweep  # noqa: E402
+from bench_harness import add_json_arg, add_token_arg, in_work_dir, load_average, run_once, sweep, write_json
 
 
 def floor_once(worker, n, env):
@@ -46,16 +43,19 @@ def main():
     ap.add_argument("--worker", required=True, help="fake_worker binary")
     ap.add_argument("--sizes", default="1,8,32,128")
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--token", default=f"{os.getpid()}-{time.time_ns()}")
-    ap.add_argument("--json", help="write the raw results here")
+    add_token_arg(ap)
+    add_json_arg(ap)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not sizes or min(sizes) < 1:
         ap.error("--sizes: comma-separated positive numbers")
+    return in_work_dir("ddprun-bench-curve-", args.token, lambda work: measure(args, sizes, work))
+
+
+def measure(args, sizes, work):
     env = dict(os.environ, OMP_NUM_THREADS="1", BENCH_LAUNCHER_TOKEN=args.token)
-    work = tempfile.mkdtemp(prefix="ddprun-bench-curve-")
     results = {n: {"ddprun": [], "floor": [], "failed": 0} for n in sizes}
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = load_average()
     for rep in range(args.reps + 1):
         for n in sizes:
             argv = [args.ddprun, "--standalone", "--nproc_per_node", str(n), "--no_python", args.worker,
@@ -72,7 +72,7 @@ def main():
             results[n]["ddprun"].append(res["wall_ns"] / 1e6)
             results[n]["floor"].append(floor_ns / 1e6)
         print(f"  curve: rep {rep}/{args.reps} done", file=sys.stderr, flush=True)
-    load_after = open("/proc/loadavg").read().split()[:3]
+    load_after = load_average()
 
     med = {n: (statistics.median(r["ddprun"]), statistics.median(r["floor"])) for n, r in results.items()
            if r["ddprun"]}
@@ -91,9 +91,7 @@ def main():
         if base and n > sizes[0]:
             per = f"{((d - f) - (base[0] - base[1])) / (n - sizes[0]):.2f} ms"
         print(f"| {n} | {d:.1f} ms | {f:.1f} ms | {d - f:.1f} ms | {per} | {results[n]['failed']} |")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"load_before": load_before, "load_after": load_after, "results": results}, out, indent=1)
+    write_json(args.json, {"load_before": load_before, "load_after": load_after, "results": results})
     return 0
 
 

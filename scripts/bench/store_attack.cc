@@ -47,7 +47,7 @@
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
 #include "scripts/bench/proc_sample.h"
 

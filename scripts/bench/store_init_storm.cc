@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {

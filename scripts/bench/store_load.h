@@ -24,7 +24,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
 #include "scripts/bench/proc_sample.h"
 

@@ -10,12 +10,12 @@ means the MULTI_SET was handled. Prints the wall time and the store's CPU time (
 builds to compare them; the store is killed at the end.
 """
 import os
-import re
 import socket
 import struct
-import subprocess
 import sys
 import time
+
+from bench_harness import start_ddprun_store
 
 
 def cpu_seconds(pid):
@@ -28,10 +28,8 @@ def main():
     piece = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     pause = float(sys.argv[3]) if len(sys.argv) > 3 else 0.00005
     keys = int(sys.argv[4]) if len(sys.argv) > 4 else 20000
-    store = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
-                             stdout=subprocess.PIPE, text=True)
+    store, port = start_ddprun_store(binary, "warn")
     try:
-        port = int(re.search(r":(\d+)\s*$", store.stdout.readline()).group(1))
         u64 = lambda v: struct.pack("<Q", v)  # noqa: E731
         body = b"".join(u64(len(k)) + k + u64(130) + b"v" * 130 for k in (f"/k{i}".encode() for i in range(keys)))
         validate = b"\x00" + struct.pack("<I", 0x3C85F7CE)

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from bench_harness import add_json_arg, load_average, machine_line, write_json
+
 SERVER_PY = r"""
 import os, sys, time
 import torch.distributed as dist
@@ -101,7 +103,7 @@ def main():
     ap.add_argument("--ranks", default="1000,4000,16000")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=120, help="seconds per run before it counts as failed")
-    ap.add_argument("--json", help="write the raw results here")
+    add_json_arg(ap)
     args = ap.parse_args()
     servers = [s for s in args.servers.split(",") if s]
     for s in servers:
@@ -111,7 +113,7 @@ def main():
             ap.error("torch-2.6 needs --torch26-root")
     counts = [int(n) for n in args.ranks.split(",") if n]
     results = {}
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = load_average()
     started = time.monotonic()
     for n in counts:
         for _ in range(args.reps):
@@ -123,18 +125,14 @@ def main():
                 results.setdefault((s, n), []).append(r)
                 print(f"  {s:14} {n:6} ranks  " + (f"{r['total_s']:.2f} s, server CPU {r['server_cpu_s']:.2f} s"
                       if r.get("rc") == 0 else f"FAILED: {r.get('first_error', '?')}"), file=sys.stderr, flush=True)
-    load_after = open("/proc/loadavg").read().split()[:3]
+    load_after = load_average()
     report(args, servers, counts, results, load_before, load_after, time.monotonic() - started)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({f"{s}/{n}": rs for (s, n), rs in results.items()}, f, indent=1)
+    write_json(args.json, {f"{s}/{n}": rs for (s, n), rs in results.items()})
     return 0
 
 
 def report(args, servers, counts, results, load_before, load_after, elapsed):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; load average before "
-          f"{' '.join(load_before)}, after {' '.join(load_after)}; measurement took {elapsed:.0f} s. "
+    print(f"{machine_line(load_before, load_after)}; measurement took {elapsed:.0f} s. "
           f"Median of {args.reps} runs, each against a fresh server; a run over {args.timeout:.0f} s fails.\n")
     print("| ranks | server | dialect | all ranks through the barrier: median | min–max | ÷ ddprun-store "
           "(same dialect) | server CPU, median | server peak RSS | runs ok |")

@@ -47,9 +47,10 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
+
+from bench_harness import print_round, rendezvous_round, round_verdict, start_ddprun_store
 
 
 def import_torch():
@@ -68,29 +69,19 @@ def import_torch():
     return torch, dist, C10dRendezvousBackend, DynamicRendezvousHandler, RendezvousTimeout
 
 
-def start_ddprun_store(path):
-    """Starts ddprun-store on a free port; returns (process, port)."""
-    proc = subprocess.Popen([path, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()  # its first line, printed once it accepts connections
-    m = re.search(r"listening on .*:(\d+)$", line.strip())
-    if not m:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"ddprun-store did not start: {line!r}")
-    return proc, int(m.group(1))
-
-
-def stop_ddprun_store(proc):
-    """Stops ddprun-store with SIGTERM; returns the number of requests it says it served, or None."""
+def stop_ddprun_store(proc, out, nodes):
+    """Stops ddprun-store with SIGTERM; adds to out the requests it says it served (requests_total, and
+    requests_per_node_incl_setup over nodes) when it says."""
     proc.send_signal(signal.SIGTERM)
     try:
-        out, _ = proc.communicate(timeout=10)
+        log, _ = proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
-    m = re.search(r"(\d+) requests served", out or "")
-    return int(m.group(1)) if m else None
+        log, _ = proc.communicate()
+    m = re.search(r"(\d+) requests served", log or "")
+    if m:
+        out["requests_total"] = int(m.group(1))
+        out["requests_per_node_incl_setup"] = int(m.group(1)) / nodes
 
 
 def delegate(args, proc_holder):
@@ -102,7 +93,7 @@ def delegate(args, proc_holder):
         if args.store_port is not None:
             child += ["--store-port", str(args.store_port)]
         else:
-            proc, port = start_ddprun_store(args.ddprun_store)
+            proc, port = start_ddprun_store(args.ddprun_store, "info", subprocess.STDOUT)
             proc_holder.append(proc)
             child += ["--store-port", str(port)]
     try:
@@ -112,15 +103,11 @@ def delegate(args, proc_holder):
         lines = []
     line = lines[-1] if lines else ""
     if not line.startswith("{"):
-        print(json.dumps({"nodes": args.nodes, "store": args.store, "ok": False,
-                          "error": f"{args.in_python} printed no result"}), flush=True)
+        print_round({"nodes": args.nodes, "store": args.store}, f"{args.in_python} printed no result")
         sys.exit(2)
     out = json.loads(line)
     if proc is not None:
-        served = stop_ddprun_store(proc)
-        if served is not None:
-            out["requests_total"] = served
-            out["requests_per_node_incl_setup"] = served / args.nodes
+        stop_ddprun_store(proc, out, args.nodes)
     print(json.dumps(out), flush=True)
     sys.exit(0 if out.get("ok") else 1)
 
@@ -162,7 +149,7 @@ def run(proc_holder):
     elif args.store_port is not None:
         port = args.store_port
     else:
-        proc, port = start_ddprun_store(args.ddprun_store)
+        proc, port = start_ddprun_store(args.ddprun_store, "info", subprocess.STDOUT)
         proc_holder.append(proc)
 
     run_id = "sim"
@@ -179,57 +166,14 @@ def run(proc_holder):
         handlers.append(DynamicRendezvousHandler.from_backend(run_id, store, backend, n, n, timeout=timeout))
     out["setup_ms"] = (time.monotonic() - setup_start) * 1e3
 
-    results = [None] * n
-    barrier = threading.Barrier(n)
-
-    def node(i):
-        barrier.wait()
-        t0 = time.monotonic()
-        try:
-            info = handlers[i].next_rendezvous()
-            if isinstance(info, tuple):  # torch 1.13: (store, rank, world size)
-                _, rank, world = info
-            else:  # torch 2.x: RendezvousInfo
-                rank, world = info.rank, info.world_size
-            results[i] = (t0, time.monotonic(), rank, world, None)
-        except Exception as exc:  # noqa: BLE001 - reported, not handled
-            results[i] = (t0, time.monotonic(), -1, -1, f"{type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + args.timeout + 30
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    results = rendezvous_round(handlers, args.timeout)
     for h in handlers:
         h._stop_heartbeats()  # no public way to stop them without closing the rendezvous
 
-    error = None
-    done = [r for r in results if r is not None]
-    if len(done) < n:
-        error = f"only {len(done)} of {n} nodes returned in time"
-    elif any(r[4] for r in done):
-        error = next(r[4] for r in done if r[4])
-    elif sorted(r[2] for r in done) != list(range(n)):
-        error = "ranks are not 0..N-1 each exactly once"
-    elif any(r[3] != n for r in done):
-        error = "a node got a world size other than N"
-    if done:
-        first = min(r[0] for r in done)
-        ms = lambda t: (t - first) * 1e3  # noqa: E731
-        out["wall_ms"] = ms(max(r[1] for r in done))
-        out["phases_ms"] = {"last_node_started": ms(max(r[0] for r in done)),
-                            "first_node_returned": ms(min(r[1] for r in done)),
-                            "last_node_returned": ms(max(r[1] for r in done))}
+    error = round_verdict(results, out)
     if proc is not None:
-        served = stop_ddprun_store(proc)
-        if served is not None:
-            out["requests_total"] = served
-            out["requests_per_node_incl_setup"] = served / n
-    out["ok"] = error is None
-    if error:
-        out["error"] = error
-    print(json.dumps(out), flush=True)
+        stop_ddprun_store(proc, out, n)
+    print_round(out, error)
     os._exit(0 if error is None else 1)  # skip tearing down N clients and their threads
 
 

@@ -34,11 +34,11 @@ Exit codes: 0 round complete and verified; 1 a node failed or timed out, or the 
 says why); 2 torch or python-etcd missing (the JSON line says which).
 """
 import argparse
-import json
 import os
 import sys
-import threading
 import time
+
+from bench_harness import print_round, rendezvous_round, round_verdict
 
 
 def import_torch(out):
@@ -49,8 +49,7 @@ def import_torch(out):
         from torch.distributed.elastic.rendezvous import RendezvousParameters
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
     except ImportError as exc:
-        out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        print(json.dumps(out), flush=True)
+        print_round(out, f"{type(exc).__name__}: {exc}")
         sys.exit(2)
     return torch, RendezvousParameters, get_rendezvous_handler
 
@@ -80,55 +79,13 @@ def main():
                                           last_call_timeout=1, close_timeout=30)
             handlers.append(get_rendezvous_handler(params))
     except Exception as exc:  # noqa: BLE001 - reported, not handled
-        out.update(ok=False, error=f"setup: {type(exc).__name__}: {exc}")
-        print(json.dumps(out), flush=True)
+        print_round(out, f"setup: {type(exc).__name__}: {exc}")
         os._exit(1)
     out["setup_ms"] = (time.monotonic() - setup_start) * 1e3
 
-    results = [None] * n
-    barrier = threading.Barrier(n)
-
-    def node(i):
-        barrier.wait()
-        t0 = time.monotonic()
-        try:
-            info = handlers[i].next_rendezvous()
-            if isinstance(info, tuple):  # torch 1.13: (store, rank, world size)
-                _, rank, world = info
-            else:  # torch 2.x: RendezvousInfo
-                rank, world = info.rank, info.world_size
-            results[i] = (t0, time.monotonic(), rank, world, None)
-        except Exception as exc:  # noqa: BLE001 - reported, not handled
-            results[i] = (t0, time.monotonic(), -1, -1, f"{type(exc).__name__}: {exc}")
-
-    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + args.timeout + 30
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-
-    error = None
-    done = [r for r in results if r is not None]
-    if len(done) < n:
-        error = f"only {len(done)} of {n} nodes returned in time"
-    elif any(r[4] for r in done):
-        error = next(r[4] for r in done if r[4])
-    elif sorted(r[2] for r in done) != list(range(n)):
-        error = "ranks are not 0..N-1 each exactly once"
-    elif any(r[3] != n for r in done):
-        error = "a node got a world size other than N"
-    if done:
-        first = min(r[0] for r in done)
-        ms = lambda t: (t - first) * 1e3  # noqa: E731
-        out["wall_ms"] = ms(max(r[1] for r in done))
-        out["phases_ms"] = {"last_node_started": ms(max(r[0] for r in done)),
-                            "first_node_returned": ms(min(r[1] for r in done)),
-                            "last_node_returned": ms(max(r[1] for r in done))}
-    out["ok"] = error is None
-    if error:
-        out["error"] = error
-    print(json.dumps(out), flush=True)
+    results = rendezvous_round(handlers, args.timeout)
+    error = round_verdict(results, out)
+    print_round(out, error)
     os._exit(0 if error is None else 1)  # skip stopping N keep-alive threads and clients
 
 

@@ -17,7 +17,7 @@
 #include "agent/elastic_agent.h"
 #include "catch_compat.h"
 #include "rendezvous/static_rendezvous.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 
 namespace {
 

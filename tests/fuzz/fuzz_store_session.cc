@@ -35,10 +35,10 @@
 #include <string>
 #include <unordered_set>
 
-#include "rendezvous/key_value_state.h"
-#include "rendezvous/reply_queue.h"
-#include "rendezvous/store_session.h"
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/key_value_state.h"
+#include "rendezvous/store/reply_queue.h"
+#include "rendezvous/store/store_session.h"
+#include "rendezvous/store/wire_codec.h"
 
 namespace {
 

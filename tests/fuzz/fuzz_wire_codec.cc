@@ -18,7 +18,7 @@
 #include <span>
 #include <string>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 
 namespace {
 

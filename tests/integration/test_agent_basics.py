@@ -309,6 +309,29 @@ class DryRunAndErrors(IntegrationTestCase):
         self.assertEqual(rc, 0, agent.describe())
         self.assertEqual(read_json_file(self.path("env_1.json"))["MASTER_PORT"], str(port))
 
+    def test_a_watchdog_that_cannot_be_set_up_names_its_cause_in_the_error_file(self):
+        # torch's FileTimer on a path that is a plain file: the agent exits 5 before starting a worker, and the
+        # agent's error file (TORCHELASTIC_ERROR_FILE) and event log give the FileTimer's own error, not a
+        # log-directory one.
+        not_a_fifo = self.path("timer")
+        with open(not_a_fifo, "w") as f:
+            f.write("a plain file\n")
+        error_file = self.path("agent_error.json")
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "1", "--log_dir", self.path("logs"),
+                                    "--event_log_handler", "console",
+                                    *self.fake("--pidfile", self.path("pid_${local_rank}"))], WAIT,
+                                   env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1", "TORCHELASTIC_TIMER_FILE": not_a_fifo,
+                                        "TORCHELASTIC_ERROR_FILE": error_file, "LOGLEVEL": "INFO"})
+        self.assertEqual(rc, 5, agent.describe())
+        message = read_json_file(error_file)["message"]["message"]
+        self.assertIn("watchdog", message)
+        self.assertIn(f"{not_a_fifo} exists and is not a FIFO", message)
+        self.assertNotIn("log directory", message)
+        failed = [line for line in agent.stderr().splitlines() if '"FAILED"' in line]
+        self.assertTrue(any("is not a FIFO" in line for line in failed), agent.describe())
+        self.assertEqual(glob.glob(self.path("pid_*")), [])
+        self.assertEqual(self.live_processes(), [])
+
     def test_static_timeout_key_bounds_the_wait_for_the_store(self):
         # torchrun's static backend reads rdzv_conf "timeout" as its store timeout: node 1 of 2 whose master
         # never comes up must give up after about that long, exit 4 and name the endpoint.

@@ -39,22 +39,9 @@ import unittest
 import ddprun_testlib
 from etcd_cluster import EtcdCluster
 from ddprun_testlib import EXPECTED_TORCH, PYTHON, free_port, skip_unless_required
-
-REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
-SLURM_CLUSTER = os.path.join(REPO, "scripts", "slurm-cluster.sh")
-STATIC = os.path.join(REPO, "scripts", "examples", "sbatch-static.sh")
-ELASTIC = os.path.join(REPO, "scripts", "examples", "sbatch-elastic.sh")
-TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
-HOSTLIST_TEST = os.path.join(REPO, "tests", "launcher", "hostlist_test.cc")
-SLURM_DIR = "/tmp/ddprun-slurm"  # slurm-cluster.sh's default state directory
-SLURM_CONF = os.path.join(SLURM_DIR, "slurm.conf")
-HOSTS = 2
-INSTALL_TIMEOUT = 300  # apt-get of slurm-wlm and munge on a fresh machine
-UP_TIMEOUT = 420  # slurm-cluster.sh up: DDPRUN_SLURM_START_TIMEOUT (180 s) per wait, and a margin
-JOB_TIMEOUT = 180  # seconds: bound for one job (a 2x2 torch job takes ~10-40 s on a loaded 2-core machine)
-TRAIN_ARGS = ["--hidden", "32", "--batch", "16", "--log-every", "10"]
-EXIT_SLURM_INTERRUPTED = 75  # launcher/slurm_env.h, docs/slurm.md
+from slurm_testlib import (DDPRUN, ELASTIC, EXIT_SLURM_INTERRUPTED, HOSTLIST_TEST, HOSTS, INSTALL_TIMEOUT,
+                            JOB_TIMEOUT, SLURM_CLUSTER, STATIC, TRAIN_ARGS, UP_TIMEOUT, host_job_processes,
+                            processes_mentioning, run, slurm_env, wait_until)
 
 # A worker that records the signals it gets and keeps running, as a worker that saves a checkpoint on SIGUSR1
 # and waits to be stopped (docs/slurm.md): ddprun ends it after --shutdown_timeout.
@@ -72,10 +59,6 @@ os.replace(os.path.join(out, "starting-" + rank), os.path.join(out, "ready-" + r
 while True:
     signal.pause()
 """
-
-
-def wait_until(predicate, timeout, what, describe=lambda: ""):
-    return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.2)
 
 
 # Why this machine has no Slurm, when it has none after setUpModule (None: Slurm is installed).
@@ -96,65 +79,6 @@ def setUpModule():
         slurm_missing = f"Slurm is not installed and cannot be installed here:\n{done.stdout[-2000:]}"
     elif done.returncode != 0:
         raise AssertionError(f"slurm-cluster.sh install exited {done.returncode}:\n{done.stdout[-3000:]}")
-
-
-def slurm_env(**extra):
-    env = dict(os.environ, SLURM_CONF=SLURM_CONF, DDPRUN=DDPRUN, DDPRUN_PYTHON=PYTHON, GLOO_SOCKET_IFNAME="eth0",
-               NPROC_PER_NODE="2", TRAIN=TRAIN)
-    env.update(extra)
-    return env
-
-
-def run(cmd, env=None, timeout=60, check=True):
-    done = subprocess.run(cmd, env=env or slurm_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    if check and done.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}")
-    return done
-
-
-def daemon_pids():
-    """The pids of slurm-cluster.sh's daemons (slurmd, slurmctld, munged)."""
-    pids = set()
-    for f in glob.glob(os.path.join(SLURM_DIR, "*.daemon")) + [os.path.join(SLURM_DIR, "munge", "munged.pid")]:
-        try:
-            with open(f) as fh:
-                pids.add(int(fh.read().strip()))
-        except (OSError, ValueError):
-            pass
-    return pids
-
-
-def host_job_processes(host):
-    """Processes on a test host other than its slurmd: what a job left behind."""
-    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True)
-    pids = {int(p) for p in done.stdout.split()} - daemon_pids()
-    out = []
-    for pid in sorted(pids):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            out.append(f"{pid} {cmd}")
-        except OSError:
-            pass
-    return out
-
-
-def processes_mentioning(text):
-    """Every process (any namespace) whose command line contains `text`."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd:
-            found.append(f"{d} {cmd.strip()}")
-    return found
 
 
 def scontrol_cases():
@@ -484,8 +408,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         for h, name in enumerate(names, start=1):
             info = ddprun_testlib.read_json_file(self.path(f"probe-{name}.json"))
             self.assertIsNotNone(info, f"no probe result from {name}\n{self.describe()}")
-            ddprun_testlib.check_worker_probe(self, info, name, f"10.99.0.{h}")
-            self.assertEqual(info["resolved"], {n: f"10.99.0.{i}" for i, n in enumerate(names, start=1)}, info)
+            ddprun_testlib.check_worker_probe(self, info, name, ddprun_testlib.test_host_address(h))
+            self.assertEqual(info["resolved"], {n: ddprun_testlib.test_host_address(i) for i, n in enumerate(names, start=1)}, info)
             self.assertEqual(info["env"]["SLURMD_NODENAME"], name, info)
             self.assertEqual(str(info["pid"]), info["env"]["SLURM_TASK_PID"], info)
             self.assertEqual(info["cwd"], self.tmp, info)

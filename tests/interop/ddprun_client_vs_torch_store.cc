@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/endpoint.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_error.h"
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/endpoint.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/store/wire_codec.h"
 
 namespace {
 

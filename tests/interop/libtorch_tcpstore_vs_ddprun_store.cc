@@ -26,8 +26,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 
 namespace {
 

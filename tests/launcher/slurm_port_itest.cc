@@ -10,8 +10,8 @@
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_port.h"
 #include "rendezvous/static_rendezvous.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 
 namespace {
 

@@ -17,9 +17,9 @@
 
 #include "catch_compat.h"
 #include "child_processes.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/wire_codec.h"
-#include "tests/rendezvous/hostile_fixture.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/wire_codec.h"
+#include "tests/rendezvous/store/hostile_fixture.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include "catch_compat.h"
 #include "eventually.h"
 #include "rendezvous/rendezvous_handler.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/store_client.h"
 
 namespace ddprun::rdzv::testing {
 

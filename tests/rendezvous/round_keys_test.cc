@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "rendezvous/key_value_state.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/key_value_state.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::rdzv {
 namespace {

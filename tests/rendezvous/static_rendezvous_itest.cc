@@ -17,8 +17,8 @@
 #include "catch_compat.h"
 #include "rendezvous_participants.h"
 #include "rendezvous/static_rendezvous.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::rdzv {
 namespace {

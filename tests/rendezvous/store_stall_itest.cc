@@ -14,10 +14,10 @@
 #include "catch_compat.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_error.h"
 #include "rendezvous/store_failover.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 #include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {

@@ -17,8 +17,8 @@
 
 #include "catch_compat.h"
 #include "ddprun/backends.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 #include "worker_sdk/src/reduce_kernels.h"
 
 using namespace ddprun;

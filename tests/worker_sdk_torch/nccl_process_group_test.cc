@@ -23,8 +23,8 @@
 #include "catch_compat.h"
 #include "child_processes.h"
 #include "ddprun/backends.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 
 using namespace ddprun;
 using namespace ddprun::sdk;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "ddprun/backends.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
 
 namespace ddprun::sdk::testing {
 

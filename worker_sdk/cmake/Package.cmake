@@ -2,7 +2,7 @@
 # --prefix P`, a project with CMAKE_PREFIX_PATH=P writes
 #     find_package(ddprun REQUIRED)
 #     target_link_libraries(app PRIVATE ddprun::sdk)
-# ddprun::sdk carries the headers, the static libraries (sdk, rendezvous store client and its text helpers,
+# ddprun::sdk carries the headers, the static libraries (sdk, the store and the shared helpers,
 # and the libtorch layer when built with libtorch) and their dependencies (Boost, spdlog, Threads, Torch, NCCL/CUDA runtime).
 # The config is written by hand (imported targets) rather than exported, so the build targets keep their
 # source-tree include paths untouched. Included once, after ddprun_sdk (and ddprun_sdk_torch) exist.
@@ -10,7 +10,7 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ddprun_sdk_install_targets ddprun_sdk ddprun_rendezvous ddprun_text)
+set(ddprun_sdk_install_targets ddprun_sdk ddprun_store ddprun_util)
 set(DDPRUN_PACKAGE_WITH_TORCH OFF)
 if(TARGET ddprun_sdk_torch)
   list(APPEND ddprun_sdk_install_targets ddprun_sdk_torch)

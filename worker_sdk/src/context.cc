@@ -7,10 +7,11 @@
 #include <string>
 
 #include "ddprun/backends.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_error.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::sdk {
 namespace {
@@ -23,14 +24,12 @@ const char* env(const char* name) {
 long env_long(const char* name, long fallback, long lo, long hi) {
   const char* v = env(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  long x = std::strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+  const auto x = parse_int_in<long>(v, lo, hi);
+  if (!x) {
     throw std::runtime_error("ddprun::sdk::init: " + std::string(name) + "='" + v +
                              "' is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
   }
-  return x;
+  return *x;
 }
 
 const char* require(const char* name) {

@@ -9,8 +9,8 @@
 
 #include "ddprun/backends.h"
 #include "fnv1a.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::sdk {
 namespace {

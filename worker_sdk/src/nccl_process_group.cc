@@ -31,8 +31,8 @@
 
 #include "ddprun/backends.h"
 #include "deadline.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::sdk {
 namespace {

@@ -16,8 +16,8 @@
 
 #include "fnv1a.h"
 #include "reduce_kernels.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::sdk {
 namespace {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,19 @@ std::byte* map(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
+std::string shm_full_message(const std::string& name, size_t bytes) {
+  std::string text = "/dev/shm has no room for the shared memory segment " + name + " (" +
+                     std::to_string(bytes) + " bytes needed";
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) == 0) {
+    text += ", " + std::to_string(static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize) + " of " +
+            std::to_string(static_cast<unsigned long long>(fs.f_blocks) * fs.f_frsize) + " bytes free";
+  }
+  return text +
+         "). Give the workers a larger /dev/shm (docker run --shm-size, a memory-backed emptyDir on /dev/shm "
+         "in Kubernetes), or use the TCP path with DDPRUN_CPU_TRANSPORT=tcp";
+}
+
 ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
   slot_bytes = align_up(slot < 8192 ? 8192 : slot, 4096);
   bcast_bytes = 4 * slot_bytes;
@@ -49,12 +63,16 @@ ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
 std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t bytes) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) fail("shm_open(O_CREAT|O_EXCL)", name);
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
+  // ftruncate alone reserves nothing on tmpfs: a full /dev/shm would surface as SIGBUS at the first write into
+  // the mapping. posix_fallocate takes the pages now, or says ENOSPC while a clear error can still be given.
+  const int e = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
+                                                                 : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (e != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());
+    if (e == ENOSPC) throw std::system_error(e, std::generic_category(), shm_full_message(name, bytes));
     errno = e;
-    fail("ftruncate to " + std::to_string(bytes) + " bytes (is /dev/shm large enough?)", name);
+    fail("reserving " + std::to_string(bytes) + " bytes", name);
   }
   std::byte* base;
   try {

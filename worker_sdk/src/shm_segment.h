@@ -4,7 +4,9 @@
 // Lifetime: the creator makes the name with O_EXCL; once every process has attached, the creator unlinks
 // the name (unlink()), so nothing is left in /dev/shm when the processes exit, even by SIGKILL. The
 // destructor unmaps, and unlinks too when the creator never got to it (error paths).
-// Errors: std::system_error naming the segment and the call that failed.
+// Errors: std::system_error naming the segment and the call that failed. create() reserves the segment's
+// pages (posix_fallocate): a /dev/shm without room is an error here (ENOSPC, shm_full_message's text), never
+// a SIGBUS at the first write; nothing is left in /dev/shm after an error.
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,9 @@
 #include <utility>
 
 namespace ddprun::sdk {
+
+// The error for a /dev/shm too small for `bytes`: the segment, the bytes needed and free, and what to do.
+std::string shm_full_message(const std::string& name, size_t bytes);
 
 class ShmSegment {
  public:

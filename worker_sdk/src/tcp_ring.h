@@ -70,8 +70,8 @@ class TcpRing {
   int me_;
   size_t segment_bytes_;
   AbortSignal& abort_;
-  Fd next_;
-  Fd prev_;
+  UniqueFd next_;
+  UniqueFd prev_;
   std::vector<std::byte> staging_;
   int rcvlowat_ = 1;  // SO_RCVLOWAT now set on prev_
 };

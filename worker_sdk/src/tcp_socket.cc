@@ -70,13 +70,8 @@ bool transfer(int fd, void* buf, size_t n, bool write, const AbortSignal& abort,
 
 }  // namespace
 
-void Fd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 TcpListener::TcpListener() {
-  fd_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  fd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd_) sys_fail("socket");
   int one = 1;
   ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -91,10 +86,10 @@ TcpListener::TcpListener() {
   port_ = ntohs(addr.sin_port);
 }
 
-Fd TcpListener::accept_peer(uint64_t tag, int expected_rank, const AbortSignal& abort,
+UniqueFd TcpListener::accept_peer(uint64_t tag, int expected_rank, const AbortSignal& abort,
                             const Deadline& deadline) {
   for (;;) {
-    Fd conn(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    UniqueFd conn(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!conn) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) sys_fail("accept");
@@ -113,7 +108,7 @@ Fd TcpListener::accept_peer(uint64_t tag, int expected_rank, const AbortSignal& 
   }
 }
 
-Fd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
+UniqueFd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
                 const AbortSignal& abort, const Deadline& deadline) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
@@ -133,7 +128,7 @@ Fd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t 
   std::string last_error = "no attempt";
   int backoff_ms = 10;
   while (!deadline.expired()) {
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd) sys_fail("socket");
     int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     if (rc != 0 && errno == EINPROGRESS) {

@@ -11,30 +11,11 @@
 
 #include "abort_signal.h"
 #include "deadline.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::sdk {
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.fd_;
-      o.fd_ = -1;
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+using ddprun::UniqueFd;
 
 // Listens on 0.0.0.0, port 0 (any free port).
 class TcpListener {
@@ -42,15 +23,15 @@ class TcpListener {
   TcpListener();  // throws std::system_error
   uint16_t port() const { return port_; }
   // Accepts connections until one says hello with `tag` from rank `expected_rank`; others are closed.
-  Fd accept_peer(uint64_t tag, int expected_rank, const AbortSignal& abort, const Deadline& deadline);
+  UniqueFd accept_peer(uint64_t tag, int expected_rank, const AbortSignal& abort, const Deadline& deadline);
 
  private:
-  Fd fd_;
+  UniqueFd fd_;
   uint16_t port_ = 0;
 };
 
 // Connects to host:port (retrying refused connections until the deadline) and says hello as `my_rank`.
-Fd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
+UniqueFd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
                 const AbortSignal& abort, const Deadline& deadline);
 
 // The local IPv4 address the kernel would use to reach `host` ("" when it cannot tell).

@@ -5,21 +5,23 @@
 
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <stdexcept>
+
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::sdk {
 namespace {
 
 template <class T>
 T parse_number(std::string_view s, int rank, const char* what) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) {
+  const auto v = parse_int_in<T>(s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+  if (!v) {
     throw std::invalid_argument("rank " + std::to_string(rank) + " published a bad " + what + ": '" +
                                 std::string(s) + "'");
   }
-  return v;
+  return *v;
 }
 
 }  // namespace

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/store/endpoint.h"
 #include "temp_dir.h"
 
 namespace ddprun::testing {

@@ -13,7 +13,7 @@
 #include "catch_compat.h"
 #include "etcd_process.h"
 #include "rendezvous/etcd/etcd_store.h"
-#include "rendezvous/store_error.h"
+#include "rendezvous/store/store_error.h"
 
 namespace ddprun::rdzv::etcd {
 namespace {

@@ -5,21 +5,14 @@
 #include <string>
 
 #include "catch_compat.h"
+#include "error_text.h"
 
 namespace ddprun::rdzv::etcd::v2 {
 namespace {
 
-const RequestText kGet{"GET", "/v2/keys/run/a?recursive=true", "/run/a", "10.0.0.1:2379"};
+using testing::error_text;
 
-template <typename F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+const RequestText kGet{"GET", "/v2/keys/run/a?recursive=true", "/run/a", "10.0.0.1:2379"};
 
 TEST_CASE("etcd v2 codec: keys keep '/' and unreserved bytes, the rest is percent-encoded", "[etcd]") {
   CHECK(normalized_key("a/b") == "/a/b");

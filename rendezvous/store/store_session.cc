@@ -1,0 +1,210 @@
+#include "rendezvous/store/store_session.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace ddprun::rdzv {
+
+StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optional<Dialect> dialect,
+                           std::function<void()> on_async_output, SharedBytes* ledger, size_t share_at)
+    : state_(state),
+      parser_(limits, dialect),
+      on_async_output_(std::move(on_async_output)),
+      out_(ledger, share_at) {}
+
+StoreSession::~StoreSession() {
+  for (auto id : waits_) state_.cancel_wait(id);
+  for (const auto& [key, id] : watches_) state_.unwatch(id);
+  if (bound_) state_.unbind_keyspace(prefix_);
+}
+
+void StoreSession::bind() {
+  if (bound_) return;
+  prefix_ = state_.bind_keyspace();
+  bound_ = true;
+}
+
+void StoreSession::scope(Request& req) {
+  bool agent_key = false;
+  for (auto& k : req.keys) {
+    if (k.starts_with(KeyValueState::kAgentNamespace)) {
+      agent_key = true;
+      continue;
+    }
+    bind();
+    if (view_ == View::kUndecided) view_ = View::kKeyspace;
+    if (!prefix_.empty()) k.insert(0, prefix_);
+  }
+  if (agent_key && view_ == View::kUndecided) view_ = View::kWholeStore;
+  if ((req.op == Op::kGetNumKeys || req.op == Op::kListKeys) && view_ == View::kUndecided) {
+    bind();  // a worker asking before it named a key: its keyspace, not the agents' keys
+    view_ = View::kKeyspace;
+  }
+}
+
+int64_t StoreSession::count_view() const {
+  return view_ == View::kWholeStore ? state_.num_keys() : state_.count_keys(prefix_);
+}
+
+std::vector<std::string> StoreSession::list_view() const {
+  return view_ == View::kWholeStore ? state_.list_keys() : state_.list_keys(prefix_);
+}
+
+std::string_view StoreSession::unscoped(const std::string& key) const {
+  std::string_view k = key;
+  if (!prefix_.empty() && k.starts_with(prefix_)) k.remove_prefix(prefix_.size());
+  return k;
+}
+
+StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input, size_t max_output) {
+  ConsumeResult result;
+  while (result.consumed < input.size()) {
+    ParseResult parsed = parser_.parse(input.subspan(result.consumed), scratch_);
+    if (parsed.status == ParseStatus::kNeedMore) break;
+    if (parsed.status == ParseStatus::kError) {
+      result.error = std::move(parsed.error);
+      break;
+    }
+    result.consumed += parsed.consumed;
+    ++result.requests;
+    if (std::string err = handle(scratch_, max_output); !err.empty()) {
+      result.error = std::move(err);
+      break;
+    }
+    if (out_.size() > max_output) {
+      result.error = "not reading its replies (" + std::to_string(out_.size()) +
+                     " bytes queued, the limit is " + std::to_string(max_output) + ")";
+      break;
+    }
+  }
+  return result;
+}
+
+void StoreSession::handle_wait(const std::vector<std::string>& keys) {
+  // The id is only known after wait() returns, so the callback finds itself through a shared slot.
+  auto self_id = std::make_shared<KeyValueState::HandleId>(0);
+  auto id = state_.wait(keys, [this, self_id] {
+    waits_.erase(*self_id);
+    out_.u8(kWaitStopWaiting);
+    if (on_async_output_) on_async_output_();
+  });
+  if (!id) {
+    out_.u8(kWaitStopWaiting);
+    return;
+  }
+  *self_id = *id;
+  waits_.insert(*id);
+}
+
+std::string StoreSession::handle(Request& req, size_t max_output) {
+  ReplyQueue& w = out_;
+  scope(req);
+  switch (req.op) {
+    case Op::kValidate:
+      break;  // the parser checked the magic; no reply
+    case Op::kPing:
+      w.u32(req.number);
+      break;
+    case Op::kSet:
+      state_.set(req.keys[0], std::move(req.values[0]));
+      break;
+    case Op::kCompareSet:
+      w.bytes(state_.compare_set(req.keys[0], std::move(req.values[0]), std::move(req.values[1])));
+      break;
+    case Op::kGet:
+      // Clients WAIT before GET; a GET of a missing key gets an empty value to keep the stream in step.
+      w.bytes(state_.shared(req.keys[0]));
+      break;
+    case Op::kAdd: {
+      auto v = state_.add(req.keys[0], req.delta);
+      if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
+      w.i64(*v);
+      break;
+    }
+    case Op::kCheck:
+      w.u8(state_.check(req.keys) ? kCheckReady : kCheckNotReady);
+      break;
+    case Op::kWait:
+      if (waits_.size() >= parser_.limits().max_pending_waits) {
+        return "more than " + std::to_string(parser_.limits().max_pending_waits) +
+               " WAITs pending on one connection (the limit)";
+      }
+      handle_wait(req.keys);
+      break;
+    case Op::kGetNumKeys:
+      w.i64(count_view());
+      break;
+    case Op::kDeleteKey:
+      w.i64(state_.remove(req.keys[0]) ? 1 : 0);
+      break;
+    case Op::kAppend:
+      state_.append(req.keys[0], req.values[0]);
+      break;
+    case Op::kMultiGet: {
+      // One request may name a large value many times: size the reply before building it.
+      size_t reply = 0;
+      found_.clear();
+      for (const auto& k : req.keys) {
+        found_.push_back(&state_.shared(k));
+        reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
+      }
+      if (reply > max_output - std::min(max_output, out_.size())) {
+        return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
+               std::to_string(max_output);
+      }
+      for (const SharedValue* v : found_) w.bytes(*v);
+      break;
+    }
+    case Op::kMultiSet:
+      for (size_t i = 0; i < req.keys.size(); ++i) state_.set(req.keys[i], std::move(req.values[i]));
+      break;
+    case Op::kCancelWait:
+      // Cancels every pending WAIT of this connection. A WAIT that already fired sent its 0 before.
+      for (auto id : waits_) state_.cancel_wait(id);
+      waits_.clear();
+      w.u8(kWaitCanceled);
+      break;
+    case Op::kQueuePush:
+      state_.queue_push(req.keys[0], std::move(req.values[0]));
+      break;
+    case Op::kQueuePop: {
+      // Reply: the queue's length before the pop, then the element when there was one.
+      w.i64(state_.queue_len(req.keys[0]));
+      if (SharedValue v = state_.queue_pop(req.keys[0])) w.bytes(v);
+      break;
+    }
+    case Op::kListKeys: {
+      const auto keys = list_view();
+      w.i64(static_cast<int64_t>(keys.size()));
+      for (const auto& k : keys) w.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
+      break;
+    }
+    case Op::kQueueLen:
+      w.i64(state_.queue_len(req.keys[0]));
+      break;
+    case Op::kWatchKey: {
+      // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a
+      // repeated WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
+      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+      if (watches_.count(req.keys[0])) break;
+      if (watches_.size() >= parser_.limits().max_watched_keys) {
+        return "more than " + std::to_string(parser_.limits().max_watched_keys) +
+               " keys watched on one connection (the limit)";
+      }
+      // The notification references the old and the new value: a hundred watchers cost them once.
+      auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
+                                                 const SharedValue& old_value, const SharedValue& new_value) {
+        out_.u8(static_cast<uint8_t>(event));
+        out_.bytes(unscoped(key));
+        out_.bytes(old_value);
+        out_.bytes(new_value);
+        if (on_async_output_) on_async_output_();
+      });
+      watches_.emplace(req.keys[0], id);
+      break;
+    }
+  }
+  return {};
+}
+
+}  // namespace ddprun::rdzv

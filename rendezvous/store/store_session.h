@@ -1,0 +1,97 @@
+// One client's conversation with the store: request bytes in, reply bytes out.
+//
+// Pure protocol logic with no sockets, so the server, the tests and the fuzzer share it. Single-threaded:
+// the session and its KeyValueState must only be touched from one thread (the server's io_context).
+// Ownership: the session references `state` and must not outlive it; its destructor cancels the session's
+// pending waits and watches, so a vanished client leaves nothing behind.
+//
+// Keyspaces: the first request that names a worker key (one outside "/ddprun/") binds the session to the
+// state's current worker keyspace (KeyValueState); from then on its worker keys are scoped to it, and the
+// keys it gets back (LIST_KEYS, WATCH_KEY events) are shown without the prefix. Transparent to the client.
+// GETNUMKEYS and LIST_KEYS answer from one view per session, decided by its first request that names a key
+// or asks for them: a worker key, GETNUMKEYS or LIST_KEYS first binds the session and its view is its
+// keyspace (the whole store when no keyspace was ever named); agent keys ("/ddprun/...") first make it an
+// agent's session, whose view is the whole store for good (docs/wire-protocol.md, "Worker keyspaces").
+//
+// Limits per session (WireLimits::max_pending_waits, max_watched_keys): pending WAITs and watched keys. A client over one is broken: its
+// request gets an error naming the limit and the session must be dropped (torch clients keep one WAIT
+// pending at a time and watch a handful of keys).
+//
+// Replies accumulate in output(), a ReplyQueue: values of ReplyQueue::kShareAtBytes or more are referenced
+// there, not copied (GET, MULTI_GET, COMPARE_SET, QUEUE_POP replies and WATCH_KEY notifications), and
+// counted on the ledger given to the constructor. Most replies are produced by consume(); WAIT and WATCH_KEY
+// replies can also be produced later, when another session writes a key: then `on_async_output` is called
+// so the owner can start a write. A session never blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "rendezvous/store/key_value_state.h"
+#include "rendezvous/store/reply_queue.h"
+#include "rendezvous/store/wire_codec.h"
+
+namespace ddprun::rdzv {
+
+class StoreSession {
+ public:
+  // `ledger` (may be null) counts the shared buffers output() references; it must outlive the session.
+  StoreSession(KeyValueState& state, WireLimits limits, std::optional<Dialect> dialect,
+               std::function<void()> on_async_output, SharedBytes* ledger = nullptr,
+               size_t share_at = ReplyQueue::kShareAtBytes);
+  ~StoreSession();
+  StoreSession(const StoreSession&) = delete;
+  StoreSession& operator=(const StoreSession&) = delete;
+
+  struct ConsumeResult {
+    size_t consumed = 0;  // bytes of input used by whole requests; the rest must be kept for later
+    size_t requests = 0;  // how many requests were handled
+    std::string error;    // non-empty: the client is broken and must be dropped (message says why)
+  };
+  // Handles every whole request at the front of `input`. `max_output`: the most reply bytes output() may
+  // hold (its size(): shared values counted at their length, however cheap they are to queue); past it the
+  // client is broken (error set) and the remaining requests are not handled, so that a few bytes of
+  // pipelined GETs or one MULTI_GET cannot make a client owe gigabytes of replies.
+  ConsumeResult consume(std::span<const uint8_t> input, size_t max_output = SIZE_MAX);
+
+  // Pending reply bytes. The owner moves them out (swap) when it writes.
+  ReplyQueue& output() { return out_; }
+  const ReplyQueue& output() const { return out_; }
+  std::optional<Dialect> dialect() const { return parser_.dialect(); }
+  size_t pending_waits() const { return waits_.size(); }
+
+ private:
+  // Returns an error message when the request cannot be served; empty on success.
+  std::string handle(Request& req, size_t max_output);
+  void handle_wait(const std::vector<std::string>& keys);
+  // Rewrites the request's worker keys into the session's keyspace (binding it on first use).
+  void scope(Request& req);
+  void bind();
+  std::string_view unscoped(const std::string& key) const;
+  // GETNUMKEYS and LIST_KEYS: how many keys, and which, this session's view holds.
+  int64_t count_view() const;
+  std::vector<std::string> list_view() const;
+
+  KeyValueState& state_;
+  RequestParser parser_;
+  std::function<void()> on_async_output_;
+  ReplyQueue out_;
+  Request scratch_;
+  std::vector<const SharedValue*> found_;  // MULTI_GET: each key's value (null: missing), reused
+  std::unordered_set<KeyValueState::HandleId> waits_;  // pending WAITs
+  std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
+  bool bound_ = false;
+  std::string prefix_;  // the bound keyspace's prefix ("" = unscoped)
+  // What GETNUMKEYS and LIST_KEYS show, decided once (see the top of this file).
+  enum class View { kUndecided, kKeyspace, kWholeStore };
+  View view_ = View::kUndecided;
+};
+
+}  // namespace ddprun::rdzv
