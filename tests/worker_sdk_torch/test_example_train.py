@@ -77,13 +77,14 @@ class ExampleTrain(unittest.TestCase):
     @unittest.skipUnless(os.geteuid() == 0, "needs root for a mount namespace with a small /dev/shm")
     def test_a_small_dev_shm_is_a_clear_error_not_sigbus(self):
         # A 4 MiB tmpfs on /dev/shm in a mount namespace of its own (a container's default is 64 MiB): the two
-        # ranks' segment needs more. Before posix_fallocate the first write into it died of SIGBUS.
+        # ranks' segment needs 5.1 MiB. Before posix_fallocate, mapping it succeeded and the first write past
+        # 4 MiB (gradients of a 512-wide model fill every chunk of the segment) killed rank 0 with SIGBUS.
         # Afterwards nothing of ddprun's is left in that /dev/shm; the TCP path the message suggests trains.
         script = ('mount -t tmpfs -o size=4m tmpfs /dev/shm || exit 90; "$@"; rc=$?; '
                   'echo "left in /dev/shm: [$(ls -A /dev/shm)]"; exit $rc')
         cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
                DDPRUN, "--standalone", "--nproc_per_node", "2", "--no_python", EXAMPLE, "--threads", "1",
-               "--steps", "5", "--log-every", "0"]
+               "--hidden", "512", "--steps", "5", "--log-every", "0"]
         rc, out = run(cmd)
         self.assertEqual(rc, 4, out)  # the example's exit code for a CollectiveError: a clean exit, no signal
         self.assertNotIn("SIGBUS", out)
