@@ -4,8 +4,8 @@
 #include <climits>
 #include <numeric>
 
-#include "rendezvous/store/endpoint.h"
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {

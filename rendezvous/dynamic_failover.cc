@@ -32,8 +32,7 @@ void DynamicRendezvous::connect_to_job() {
     }
     if (Clock::now() >= deadline) {
       throw RendezvousStoreError("rendezvous '" + run_id() + "': none of the endpoints " + names +
-                                 " served the job within " +
-                                 duration_text(options_.join_timeout) +
+                                 " served the job within " + duration_text(options_.join_timeout) +
                                  " (join_timeout). Check --rdzv_endpoint and that the first node runs");
     }
     if (Clock::now() >= next_log) {
@@ -106,11 +105,12 @@ std::optional<RoundStop> DynamicRendezvous::job_moved() {
   if (!failover_on() || !hosts_store()) return std::nullopt;
   auto to = failover_.moved_to(successors_, endpoint());
   if (!to) return std::nullopt;
-  RoundStop stop{RoundStop::Kind::kShutdown, -1,
-                 "the job moved to the store at " + to->to_string() +
-                     " while this node, its store host, was unreachable for longer than the heartbeat timeout; "
-                     "this node leaves the job",
-                 kJobMovedExitCode};
+  RoundStop stop{
+      RoundStop::Kind::kShutdown, -1,
+      "the job moved to the store at " + to->to_string() +
+          " while this node, its store host, was unreachable for longer than the heartbeat timeout; "
+          "this node leaves the job",
+      kJobMovedExitCode};
   spdlog::error("rendezvous {}: {}", run_id(), stop.detail);
   std::lock_guard lock(moved_mu_);
   if (!moved_) moved_ = stop;

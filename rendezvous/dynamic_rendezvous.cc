@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "rendezvous/c10d_round.h"
-#include "rendezvous/store/endpoint.h"
 #include "rendezvous/reachability.h"
-#include "rendezvous/util/text_util.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/util/duration_text.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 
@@ -27,7 +27,8 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
   if (external()) {
     const Timeouts t = timeouts();
     try {
-      attach(options_.external_store(t.request), options_.external_store(t.watcher_request), options_.external_name, t);
+      attach(options_.external_store(t.request), options_.external_store(t.watcher_request),
+             options_.external_name, t);
     } catch (const StoreError& e) {
       throw store_failure(e);
     }
@@ -313,8 +314,7 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
   if (!stop) {
     throw RendezvousTimeoutError("rendezvous '" + run_id() + "': round " + std::to_string(r) +
                                  " stayed full (" + std::to_string(count) + " nodes = max) for " +
-                                 duration_text(options_.join_timeout) + " at " +
-                                 endpoint());
+                                 duration_text(options_.join_timeout) + " at " + endpoint());
   }
   if (stop->kind == RoundStop::Kind::kDone) throw reused("finished");
 }

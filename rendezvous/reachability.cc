@@ -9,11 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
 #include <cerrno>
 #include <memory>
 #include <vector>
-
-#include <boost/asio/ip/tcp.hpp>
 
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/util/text_util.h"
@@ -83,7 +82,8 @@ std::string source_address_towards(const std::string& host, uint16_t port) {
   AddrInfo res = resolve(host, port, SOCK_DGRAM);
   for (const addrinfo* a = res.get(); a; a = a->ai_next) {
     UniqueFd s{::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)};
-    if (s.get() < 0 || ::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) continue;  // UDP: no packet is sent
+    if (s.get() < 0 || ::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0)
+      continue;  // UDP: no packet is sent
     sockaddr_storage local{};
     socklen_t len = sizeof local;
     if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
@@ -101,12 +101,15 @@ uint16_t free_tcp_port(const std::string& address) {
   namespace ip = boost::asio::ip;
   boost::asio::io_context io;
   boost::system::error_code ec;
-  const ip::address addr = address.empty() ? ip::address(ip::address_v4::any()) : ip::make_address(address, ec);
+  const ip::address addr =
+      address.empty() ? ip::address(ip::address_v4::any()) : ip::make_address(address, ec);
   if (ec) throw BindError("no free port on '" + address + "': not an IP address");
   ip::tcp::acceptor acceptor(io);
   acceptor.open(addr.is_v6() ? ip::tcp::v6() : ip::tcp::v4(), ec);
   if (!ec) acceptor.bind(ip::tcp::endpoint(addr, 0), ec);
-  if (ec) throw BindError("no free port on " + (address.empty() ? std::string("0.0.0.0") : address) + ": " + ec.message());
+  if (ec)
+    throw BindError("no free port on " + (address.empty() ? std::string("0.0.0.0") : address) + ": " +
+                    ec.message());
   return acceptor.local_endpoint().port();
 }
 

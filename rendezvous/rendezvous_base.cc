@@ -1,9 +1,9 @@
 #include "rendezvous/rendezvous_base.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/util/text_util.h"
@@ -46,8 +46,8 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
   silence_ = StoreSilence("rendezvous '" + run_id() + "': ", endpoint_, t.stall_tolerance);
 }
 
-void RendezvousBase::attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher, std::string endpoint,
-                            const Timeouts& t) {
+void RendezvousBase::attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher,
+                            std::string endpoint, const Timeouts& t) {
   endpoint_ = std::move(endpoint);
   store_ = std::move(store);
   watcher_ = std::move(watcher);
@@ -82,7 +82,8 @@ std::optional<RoundStop> RendezvousBase::do_wait_round_stopped(milliseconds time
       }
       silence_.failed(e, started);  // RendezvousStoreError once the store was silent past the tolerance
       if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::min(milliseconds(100), duration_cast<milliseconds>(deadline - Clock::now())));
+      std::this_thread::sleep_for(
+          std::min(milliseconds(100), duration_cast<milliseconds>(deadline - Clock::now())));
     }
   }
 }
@@ -104,9 +105,9 @@ RendezvousClosedError RendezvousBase::closed_error() const {
 }
 
 RendezvousStoreError RendezvousBase::unreadable(const std::string& what, const std::string& text) const {
-  return RendezvousStoreError("rendezvous '" + run_id() + "': the store at " + endpoint_ + " holds an unreadable " +
-                              what + " '" + text + "'; does another program use --rdzv_id " + run_id() +
-                              " on this store?");
+  return RendezvousStoreError("rendezvous '" + run_id() + "': the store at " + endpoint_ +
+                              " holds an unreadable " + what + " '" + text +
+                              "'; does another program use --rdzv_id " + run_id() + " on this store?");
 }
 
 int RendezvousBase::read_int(const std::string& text, const std::string& what, int min) const {
@@ -115,13 +116,21 @@ int RendezvousBase::read_int(const std::string& text, const std::string& what, i
   return static_cast<int>(*v);
 }
 
-RoundStop RendezvousBase::do_stop_round(const RoundStop& stop) { return keys_.stop(*store_, round_.load(), stop); }
+RoundStop RendezvousBase::do_stop_round(const RoundStop& stop) {
+  return keys_.stop(*store_, round_.load(), stop);
+}
 
-void RendezvousBase::do_node_done() { keys_.done(*store_, round_.load(), nodes_, rank_); }
+void RendezvousBase::do_node_done() {
+  keys_.done(*store_, round_.load(), nodes_, rank_);
+}
 
-void RendezvousBase::do_set_closed() { keys_.set_closed(*store_); }
+void RendezvousBase::do_set_closed() {
+  keys_.set_closed(*store_);
+}
 
-bool RendezvousBase::do_is_closed() { return keys_.is_closed(*store_); }
+bool RendezvousBase::do_is_closed() {
+  return keys_.is_closed(*store_);
+}
 
 void RendezvousBase::do_shutdown() {
   keys_.leave(*store_, round_.load(), nodes_, server_ != nullptr);

@@ -14,8 +14,8 @@
 #pragma once
 
 #include <atomic>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,7 +63,8 @@ class RendezvousBase : public RendezvousHandler {
   void connect(const std::string& host, uint16_t port, const Timeouts& t);
   // Uses a store that is not ddprun's (etcd: DynamicRendezvousOptions::external_store) through the two
   // connections given; `endpoint` names it in messages.
-  void attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher, std::string endpoint, const Timeouts& t);
+  void attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher, std::string endpoint,
+              const Timeouts& t);
   // This node's place in the round that next_rendezvous completed.
   void enter_round(int round, int rank, int nodes);
 
@@ -79,9 +80,10 @@ class RendezvousBase : public RendezvousHandler {
   virtual bool store_gone() { return false; }
 
   // WAITs for `key` up to `slice` (at most until `deadline`): nullopt once it exists, else the value of the
-  // counter `count` (ADD 0), for the progress log. Throws StoreError (ConnectionLostError: the store went away).
-  std::optional<int64_t> wait_or_count(const std::string& key, const std::string& count, Clock::time_point deadline,
-                                       std::chrono::milliseconds slice);
+  // counter `count` (ADD 0), for the progress log. Throws StoreError (ConnectionLostError: the store went
+  // away).
+  std::optional<int64_t> wait_or_count(const std::string& key, const std::string& count,
+                                       Clock::time_point deadline, std::chrono::milliseconds slice);
   RendezvousClosedError closed_error() const;
   // The error for rendezvous data in the store that cannot be read: `what`, quoted `text`, the store.
   RendezvousStoreError unreadable(const std::string& what, const std::string& text) const;

@@ -1,8 +1,8 @@
 #include "rendezvous/round_keys.h"
 
-#include <cstdint>
-
 #include <spdlog/spdlog.h>
+
+#include <cstdint>
 
 #include "rendezvous/store/key_value_state.h"
 #include "rendezvous/util/text_util.h"
@@ -16,8 +16,8 @@ std::string encode_round_stop(const RoundStop& stop) {
                      : stop.kind == RoundStop::Kind::kFailed   ? "failed"
                      : stop.kind == RoundStop::Kind::kShutdown ? "shutdown"
                                                                : "membership";
-  return std::string(kind) + "|" + std::to_string(stop.node_rank) + "|" + std::to_string(stop.exit_code) + "|" +
-         stop.detail;
+  return std::string(kind) + "|" + std::to_string(stop.node_rank) + "|" + std::to_string(stop.exit_code) +
+         "|" + stop.detail;
 }
 
 std::optional<RoundStop> decode_round_stop(std::string_view text) {
@@ -61,7 +61,8 @@ namespace {
 RoundStop decode_stored_stop(const std::string& text, int round) {
   auto decoded = decode_round_stop(text);
   if (!decoded) {
-    throw BadReplyError("the store holds an unreadable stop of round " + std::to_string(round) + ": '" + text + "'");
+    throw BadReplyError("the store holds an unreadable stop of round " + std::to_string(round) + ": '" +
+                        text + "'");
   }
   return *decoded;
 }
@@ -72,7 +73,8 @@ RoundStop RoundKeys::stop(Store& store, int round, const RoundStop& stop) const 
   return decode_stored_stop(store.compare_set(round_key(round, "stop"), "", encode_round_stop(stop)), round);
 }
 
-std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round, std::chrono::milliseconds timeout) const {
+std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round,
+                                                 std::chrono::milliseconds timeout) const {
   const std::string k = round_key(round, "stop");
   try {
     store.wait({k}, timeout);

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "rendezvous/util/text_util.h"
 #include "rendezvous/util/duration_text.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 
@@ -74,8 +74,8 @@ void StaticRendezvous::wait_complete(int r) {
         // Naming the missing ranks costs a request per node, on every node and every progress line: only for
         // small jobs (the join timeout's error names them whatever the size).
         const std::string who = n <= kNamedInProgress ? "node ranks " + missing_node_ranks(r) : "the others";
-        spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined, n,
-                     who, endpoint());
+        spdlog::info("rendezvous {} round {}: {}/{} nodes joined, waiting for {} at {}", run_id(), r, joined,
+                     n, who, endpoint());
         continue;
       }
       missing = missing_node_ranks(r);
@@ -94,9 +94,8 @@ void StaticRendezvous::wait_complete(int r) {
     }
     throw RendezvousTimeoutError(
         "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
-        " of " + std::to_string(n) + " nodes joined within " +
-        duration_text(options_.join_timeout) + " at " + endpoint() +
-        "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
+        " of " + std::to_string(n) + " nodes joined within " + duration_text(options_.join_timeout) + " at " +
+        endpoint() + "; missing node ranks: " + missing + ". Start ddprun on every node with --nnodes " +
         std::to_string(n) + " and the same --master_addr/--master_port");
   }
 }

@@ -8,8 +8,8 @@
 #include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store_silence.h"
-#include "rendezvous/util/text_util.h"
 #include "rendezvous/util/duration_text.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 

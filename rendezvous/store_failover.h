@@ -2,7 +2,8 @@
 //
 // Standby stores. Every agent that does not host the job's store keeps a standby: an empty StoreServer on
 // the port of its host's entry in --rdzv_endpoint's list when there is one and it is free (else on a free
-// port), preset with the key "standby". The agent advertises it as "<its address>:<port>" in its node descriptor (its address:
+// port), preset with the key "standby". The agent advertises it as "<its address>:<port>" in its node
+// descriptor (its address:
 // --local_addr, else the address its host reaches the store from), and the node that closes a round lists
 // the standbys of the first kSuccessors nodes in node-rank order: the round's successors, which every member
 // reads with its rank assignment.
@@ -38,8 +39,8 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/store/endpoint.h"
 #include "rendezvous/round_keys.h"
+#include "rendezvous/store/endpoint.h"
 #include "rendezvous/store/store_server.h"
 
 namespace ddprun::rdzv {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_launch.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

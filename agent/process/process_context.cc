@@ -25,8 +25,8 @@
 #include "agent/process/prestart.h"
 #include "agent/process/spawn.h"
 #include "agent/process/terminal.h"
-#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_streams.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

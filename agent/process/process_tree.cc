@@ -16,8 +16,8 @@
 #include <sstream>
 #include <string>
 
-#include "rendezvous/util/unique_fd.h"
 #include "rendezvous/util/text_util.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 namespace {

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <string>
 
-#include "rendezvous/util/unique_fd.h"
 #include "agent/process/worker_launch.h"
+#include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::agent {
 

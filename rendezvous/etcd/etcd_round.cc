@@ -13,6 +13,7 @@
 #include "rendezvous/etcd/lease_keeper.h"
 #include "rendezvous/reachability.h"
 #include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/duration_text.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv::etcd {
@@ -188,11 +189,9 @@ std::optional<RoundStop> EtcdRendezvous::do_wait_round_stopped(milliseconds time
       const auto now = Clock::now();
       if (!unreachable_since_) unreachable_since_ = started;  // the failed request began the silence
       if (now - *unreachable_since_ >= options_.client.request_timeout) {
-        const auto ms = options_.client.request_timeout.count();
-        throw EtcdUnavailableError(
-            "etcd did not answer for " +
-            (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
-            " (read_timeout); last error: " + e.what());
+        throw EtcdUnavailableError("etcd did not answer for " +
+                                   duration_text(options_.client.request_timeout) +
+                                   " (read_timeout); last error: " + e.what());
       }
       if (now >= deadline) return std::nullopt;
       std::this_thread::sleep_for(

@@ -30,7 +30,9 @@ bool is_ipv6_literal(std::string_view text) {
 
 }  // namespace
 
-std::string Endpoint::to_string() const { return format_endpoint(host, port); }
+std::string Endpoint::to_string() const {
+  return format_endpoint(host, port);
+}
 
 std::optional<uint16_t> parse_port(std::string_view text) {
   if (text.size() > 5) return std::nullopt;  // "000080" is not a port

@@ -37,7 +37,9 @@ void KeyValueState::set(const std::string& key, std::string value) {
   written(key, existed ? WatchEvent::kKeyUpdated : WatchEvent::kKeyCreated, old, now);
 }
 
-const std::string* KeyValueState::get(const std::string& key) const { return shared(key).get(); }
+const std::string* KeyValueState::get(const std::string& key) const {
+  return shared(key).get();
+}
 
 const SharedValue& KeyValueState::shared(const std::string& key) const {
   static const SharedValue kNone;
@@ -137,11 +139,14 @@ SharedValue KeyValueState::queue_pop(const std::string& key) {
   return v;
 }
 
-std::vector<std::string> KeyValueState::list_keys() const { return list_keys({}); }
+std::vector<std::string> KeyValueState::list_keys() const {
+  return list_keys({});
+}
 
 int64_t KeyValueState::count_keys(std::string_view prefix) const {
   if (prefix.empty()) return num_keys();
-  return std::count_if(values_.begin(), values_.end(), [&](const auto& kv) { return kv.first.starts_with(prefix); });
+  return std::count_if(values_.begin(), values_.end(),
+                       [&](const auto& kv) { return kv.first.starts_with(prefix); });
 }
 
 std::vector<std::string> KeyValueState::list_keys(std::string_view prefix) const {

@@ -1,13 +1,12 @@
 #include "rendezvous/store/store_client.h"
 
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
-#include <spdlog/spdlog.h>
 #include <cstring>
 #include <thread>
-
-#include <unistd.h>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/store/store_error.h"
@@ -188,8 +187,8 @@ class StoreClient::Connection {
 
   [[noreturn]] void fail(std::string_view what, const boost::system::error_code& ec) {
     broken_ = true;
-    throw ConnectionLostError(std::string(what) + ": lost the connection to the store at " + endpoint_ + ": " +
-                              ec.message());
+    throw ConnectionLostError(std::string(what) + ": lost the connection to the store at " + endpoint_ +
+                              ": " + ec.message());
   }
 
   std::string endpoint_;
@@ -229,7 +228,8 @@ void StoreClient::connect_locked() {
   auto conn = std::make_unique<Connection>(host_, port_, endpoint_, deadline);
   if (options_.dialect == Dialect::kModern) {
     // VALIDATE proves we speak the protocol; PING proves the server does (an old server stays silent).
-    uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ static_cast<uint32_t>(Clock::now().time_since_epoch().count());
+    uint32_t nonce =
+        static_cast<uint32_t>(::getpid()) ^ static_cast<uint32_t>(Clock::now().time_since_epoch().count());
     std::string out;
     encode_request(Dialect::kModern, Request{.op = Op::kValidate, .number = kValidationMagic}, out);
     encode_request(Dialect::kModern, Request{.op = Op::kPing, .number = nonce}, out);
@@ -243,10 +243,10 @@ void StoreClient::connect_locked() {
       // Silence: a store that stalls, or a torch 1.13/2.0 TCPStore, which waits for the rest of what it
       // takes for a legacy request.
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(hs_deadline - start);
-      throw HandshakeTimeoutError("handshake: no reply from the store at " + endpoint_ + " within " +
-                                  std::to_string(waited.count()) +
-                                  " ms (a stalled store; or a torch 1.13/2.0 TCPStore, which needs the legacy "
-                                  "dialect)");
+      throw HandshakeTimeoutError(
+          "handshake: no reply from the store at " + endpoint_ + " within " + std::to_string(waited.count()) +
+          " ms (a stalled store; or a torch 1.13/2.0 TCPStore, which needs the legacy "
+          "dialect)");
     }
     if (echoed != nonce) {
       throw BadReplyError("the store at " + endpoint_ + " answered PING with a wrong nonce");
@@ -256,7 +256,8 @@ void StoreClient::connect_locked() {
 }
 
 StoreClient::Connection& StoreClient::send(const Request& req, Clock::time_point deadline) {
-  if (closed_) throw ClosedError(std::string(op_name(req.op)) + ": the client of " + endpoint_ + " is closed");
+  if (closed_)
+    throw ClosedError(std::string(op_name(req.op)) + ": the client of " + endpoint_ + " is closed");
   if (!conn_ || conn_->broken()) {
     conn_.reset();
     connect_locked();
@@ -302,7 +303,9 @@ void check_value(std::string_view value, const WireLimits& limits) {
   }
 }
 
-Clock::time_point deadline_after(std::chrono::milliseconds t) { return Clock::now() + t; }
+Clock::time_point deadline_after(std::chrono::milliseconds t) {
+  return Clock::now() + t;
+}
 
 }  // namespace
 
@@ -329,7 +332,8 @@ int64_t StoreClient::add(std::string_view key, int64_t delta) {
   return c.read_value<int64_t>(deadline, describe(Op::kAdd, key));
 }
 
-std::string StoreClient::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
+                                     std::string_view desired) {
   check_value(expected, options_.limits);
   check_value(desired, options_.limits);
   std::lock_guard lock(mu_);
@@ -363,7 +367,7 @@ void StoreClient::wait_locked(const std::vector<std::string>& keys, std::chrono:
   auto& c = send(Request{.op = Op::kWait, .keys = keys}, deadline);
   auto timed_out = [&] {
     return WaitTimeoutError("WAIT " + keys_text(keys) + ": keys did not appear in the store at " + endpoint_ +
-                        " within " + std::to_string(timeout.count()) + " ms");
+                            " within " + std::to_string(timeout.count()) + " ms");
   };
   if (c.wait_readable(deadline, "WAIT")) {
     uint8_t r = c.read_value<uint8_t>(deadline, "WAIT");

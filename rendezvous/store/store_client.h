@@ -8,9 +8,9 @@
 // Deadlines: connecting retries with exponential backoff (50 ms doubling to 1 s) until connect_timeout;
 // every request waits at most `timeout()` (or the timeout given to wait()) for its reply.
 // Errors: TimeoutError (WaitTimeoutError: a WAIT's keys did not appear in time; HandshakeTimeoutError: the
-// store was silent at the modern handshake), ConnectionLostError (the connection is then re-established by the next call),
-// ClosedError after close(), BadReplyError, InvalidArgumentError (see store_error.h). Messages name
-// host:port and the operation.
+// store was silent at the modern handshake), ConnectionLostError (the connection is then re-established by
+// the next call), ClosedError after close(), BadReplyError, InvalidArgumentError (see store_error.h).
+// Messages name host:port and the operation.
 #pragma once
 
 #include <chrono>

@@ -1,12 +1,11 @@
 #include "rendezvous/store/store_server.h"
 
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <unordered_map>
-
-#include <spdlog/spdlog.h>
-#include <sys/resource.h>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/store/store_error.h"
@@ -200,7 +199,8 @@ size_t connection_limit(size_t configured) {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
   }
   const rlim_t reserve = 64;
-  return lim.rlim_cur > 2 * reserve ? static_cast<size_t>(lim.rlim_cur - reserve) : static_cast<size_t>(lim.rlim_cur / 2);
+  return lim.rlim_cur > 2 * reserve ? static_cast<size_t>(lim.rlim_cur - reserve)
+                                    : static_cast<size_t>(lim.rlim_cur / 2);
 }
 
 }  // namespace

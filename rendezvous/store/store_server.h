@@ -12,14 +12,15 @@
 // does not complete within `request_timeout`, or that stops reading while its replies (or its wait and
 // watch notifications) pile up past `max_output_bytes`, is dropped with one log line; so are the clients
 // holding the most when all together hold more than `memory_budget`. Every other client keeps being served
-// and no stored data is lost. Connections beyond `max_connections` are closed at accept; near that limit, connections that
-// never sent a byte for `silent_timeout` are reclaimed oldest first. Accept errors (out of descriptors) and
-// refusals are logged at most once a second with a count.
+// and no stored data is lost. Connections beyond `max_connections` are closed at accept; near that limit,
+// connections that never sent a byte for `silent_timeout` are reclaimed oldest first. Accept errors (out of
+// descriptors) and refusals are logged at most once a second with a count.
 //
 // Threads: construct, stop() and stats() on the io_context's thread (or before it runs). Use
 // StoreServerThread for a server with a thread of its own.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,8 +29,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "rendezvous/store/wire_codec.h"
 

@@ -1,10 +1,9 @@
 // StoreServerThread (rendezvous/store_server.h): a StoreServer on an io_context and a thread of its own.
-#include "rendezvous/store/store_server.h"
-
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
 #include <boost/asio.hpp>
 #include <future>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include "rendezvous/store/store_server.h"
 
 namespace ddprun::rdzv {
 

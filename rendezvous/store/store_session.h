@@ -13,9 +13,9 @@
 // keyspace (the whole store when no keyspace was ever named); agent keys ("/ddprun/...") first make it an
 // agent's session, whose view is the whole store for good (docs/wire-protocol.md, "Worker keyspaces").
 //
-// Limits per session (WireLimits::max_pending_waits, max_watched_keys): pending WAITs and watched keys. A client over one is broken: its
-// request gets an error naming the limit and the session must be dropped (torch clients keep one WAIT
-// pending at a time and watch a handful of keys).
+// Limits per session (WireLimits::max_pending_waits, max_watched_keys): pending WAITs and watched keys. A
+// client over one is broken: its request gets an error naming the limit and the session must be dropped
+// (torch clients keep one WAIT pending at a time and watch a handful of keys).
 //
 // Replies accumulate in output(), a ReplyQueue: values of ReplyQueue::kShareAtBytes or more are referenced
 // there, not copied (GET, MULTI_GET, COMPARE_SET, QUEUE_POP replies and WATCH_KEY notifications), and
@@ -84,7 +84,7 @@ class StoreSession {
   std::function<void()> on_async_output_;
   ReplyQueue out_;
   Request scratch_;
-  std::vector<const SharedValue*> found_;  // MULTI_GET: each key's value (null: missing), reused
+  std::vector<const SharedValue*> found_;              // MULTI_GET: each key's value (null: missing), reused
   std::unordered_set<KeyValueState::HandleId> waits_;  // pending WAITs
   std::unordered_map<std::string, KeyValueState::HandleId> watches_;  // legacy WATCH_KEY, by key
   bool bound_ = false;

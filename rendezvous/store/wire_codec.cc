@@ -11,16 +11,55 @@ constexpr uint8_t kNone = 0xFF;
 
 // Byte of each Op (indexed by Op) per dialect; kNone where the dialect lacks the op.
 constexpr std::array<uint8_t, 19> kLegacyBytes = {
-    /*Validate*/ kNone, /*Set*/ 0, /*CompareSet*/ 1, /*Get*/ 2, /*Add*/ 3, /*Check*/ 4, /*Wait*/ 5,
-    /*GetNumKeys*/ 6, /*WatchKey*/ 7, /*DeleteKey*/ 8, /*Append*/ kNone, /*MultiGet*/ kNone,
-    /*MultiSet*/ kNone, /*CancelWait*/ kNone, /*Ping*/ kNone, /*QueuePush*/ kNone, /*QueuePop*/ kNone,
+    /*Validate*/ kNone, /*Set*/ 0,
+    /*CompareSet*/ 1,   /*Get*/ 2,
+    /*Add*/ 3,          /*Check*/ 4,
+    /*Wait*/ 5,
+    /*GetNumKeys*/ 6,   /*WatchKey*/ 7,
+    /*DeleteKey*/ 8,    /*Append*/ kNone,
+    /*MultiGet*/ kNone,
+    /*MultiSet*/ kNone, /*CancelWait*/ kNone,
+    /*Ping*/ kNone,     /*QueuePush*/ kNone,
+    /*QueuePop*/ kNone,
     /*QueueLen*/ kNone, /*ListKeys*/ kNone};
-constexpr std::array<uint8_t, 19> kMid2023Bytes = {
-    kNone, 0, 1, 2, 3, 4, 5, 6, /*WatchKey*/ kNone, /*DeleteKey*/ 7, /*Append*/ 8, /*MultiGet*/ 9,
-    /*MultiSet*/ 10, /*CancelWait*/ 11, kNone, kNone, kNone, kNone, kNone};
+constexpr std::array<uint8_t, 19> kMid2023Bytes = {kNone,
+                                                   0,
+                                                   1,
+                                                   2,
+                                                   3,
+                                                   4,
+                                                   5,
+                                                   6,
+                                                   /*WatchKey*/ kNone,
+                                                   /*DeleteKey*/ 7,
+                                                   /*Append*/ 8,
+                                                   /*MultiGet*/ 9,
+                                                   /*MultiSet*/ 10,
+                                                   /*CancelWait*/ 11,
+                                                   kNone,
+                                                   kNone,
+                                                   kNone,
+                                                   kNone,
+                                                   kNone};
 constexpr std::array<uint8_t, 19> kModernBytes = {
-    /*Validate*/ 0, 1, 2, 3, 4, 5, 6, 7, /*WatchKey*/ kNone, /*DeleteKey*/ 8, /*Append*/ 9, /*MultiGet*/ 10,
-    /*MultiSet*/ 11, /*CancelWait*/ 12, /*Ping*/ 13, /*QueuePush*/ 14, /*QueuePop*/ 15, /*QueueLen*/ 16,
+    /*Validate*/ 0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    /*WatchKey*/ kNone,
+    /*DeleteKey*/ 8,
+    /*Append*/ 9,
+    /*MultiGet*/ 10,
+    /*MultiSet*/ 11,
+    /*CancelWait*/ 12,
+    /*Ping*/ 13,
+    /*QueuePush*/ 14,
+    /*QueuePop*/ 15,
+    /*QueueLen*/ 16,
     /*ListKeys*/ 17};
 
 const std::array<uint8_t, 19>& table(Dialect d) {
@@ -58,9 +97,9 @@ std::optional<Dialect> parse_dialect(std::string_view name) {
 
 std::string_view op_name(Op op) {
   static constexpr std::array<std::string_view, 19> kNames = {
-      "VALIDATE",   "SET",       "COMPARE_SET", "GET",         "ADD",  "CHECK",
-      "WAIT",       "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND", "MULTI_GET",
-      "MULTI_SET",  "CANCEL_WAIT", "PING",      "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN", "LIST"};
+      "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",     "WAIT",
+      "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET", "CANCEL_WAIT",
+      "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST"};
   return kNames[static_cast<size_t>(op)];
 }
 

@@ -23,8 +23,10 @@ namespace ddprun::rdzv {
 
 enum class Dialect : uint8_t {
   kLegacy,   // torch 1.13 and 2.0: SET 0 .. GETNUMKEYS 6, WATCH_KEY 7, DELETE_KEY 8
-  kMid2023,  // torch main of mid-2023, no validation: DELETE_KEY 7, APPEND 8, MULTI_GET 9, MULTI_SET 10, CANCEL_WAIT 11
-  kModern,   // torch 2.x with validation: VALIDATE 0, SET 1, ... CANCEL_WAIT 12, PING 13, QUEUE_* 14..16, LIST 17
+  kMid2023,  // torch main of mid-2023, no validation: DELETE_KEY 7, APPEND 8, MULTI_GET 9, MULTI_SET 10,
+             // CANCEL_WAIT 11
+  kModern,  // torch 2.x with validation: VALIDATE 0, SET 1, ... CANCEL_WAIT 12, PING 13, QUEUE_* 14..16, LIST
+            // 17
 };
 std::string_view dialect_name(Dialect d);
 std::optional<Dialect> parse_dialect(std::string_view name);  // "legacy", "mid2023", "modern"
@@ -64,7 +66,12 @@ inline constexpr uint8_t kCheckNotReady = 1;
 inline constexpr uint8_t kWaitStopWaiting = 0;
 inline constexpr uint8_t kWaitCanceled = 1;
 // Legacy WATCH_KEY notifications (torch 1.13 WatchResponseType).
-enum class WatchEvent : uint8_t { kKeyUpdated = 0, kKeyCreated = 1, kKeyDeleted = 2, kCallbackRegistered = 3 };
+enum class WatchEvent : uint8_t {
+  kKeyUpdated = 0,
+  kKeyCreated = 1,
+  kKeyDeleted = 2,
+  kCallbackRegistered = 3
+};
 
 // Protective limits. A request that declares a size above these is rejected before anything is buffered.
 struct WireLimits {
@@ -79,11 +86,10 @@ struct WireLimits {
 };
 
 // One decoded request. Field use by op:
-//   SET, APPEND, QUEUE_PUSH: keys[0], values[0]       GET, DELETE_KEY, WATCH_KEY, QUEUE_POP, QUEUE_LEN: keys[0]
-//   COMPARE_SET: keys[0], values = {expected, desired} ADD: keys[0], delta
-//   CHECK, WAIT, MULTI_GET: keys                       MULTI_SET: keys, values (same length)
-//   VALIDATE: number (the magic)                        PING: number (the nonce)
-//   GETNUMKEYS, CANCEL_WAIT, LIST: nothing
+//   SET, APPEND, QUEUE_PUSH: keys[0], values[0]       GET, DELETE_KEY, WATCH_KEY, QUEUE_POP, QUEUE_LEN:
+//   keys[0] COMPARE_SET: keys[0], values = {expected, desired} ADD: keys[0], delta CHECK, WAIT, MULTI_GET:
+//   keys                       MULTI_SET: keys, values (same length) VALIDATE: number (the magic) PING:
+//   number (the nonce) GETNUMKEYS, CANCEL_WAIT, LIST: nothing
 struct Request {
   Op op = Op::kGetNumKeys;
   std::vector<std::string> keys;

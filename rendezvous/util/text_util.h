@@ -1,6 +1,6 @@
-// Small text helpers shared by every component: splitting and reading numbers in text, and this machine's host
-// name. In ddprun_util (rendezvous/util/CMakeLists.txt), the lowest layer: the agent, the launcher, the store
-// and the worker SDK link it. Pure except local_hostname() (one system call). Thread-safe; nothing
+// Small text helpers shared by every component: splitting and reading numbers in text, and this machine's
+// host name. In ddprun_util (rendezvous/util/CMakeLists.txt), the lowest layer: the agent, the launcher, the
+// store and the worker SDK link it. Pure except local_hostname() (one system call). Thread-safe; nothing
 // throws except std::bad_alloc.
 #pragma once
 

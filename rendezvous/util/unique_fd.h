@@ -1,6 +1,6 @@
 // UniqueFd: sole owner of one file descriptor (every component's: the agent's pipes and pidfds, the
-// launcher's, the rendezvous' probes, the SDK's sockets); closes it on destruction or reset. Movable, not copyable.
-// -1 means none. Not thread-safe (like the int it wraps). close(2) errors are ignored.
+// launcher's, the rendezvous' probes, the SDK's sockets); closes it on destruction or reset. Movable, not
+// copyable. -1 means none. Not thread-safe (like the int it wraps). close(2) errors are ignored.
 #pragma once
 
 #include <unistd.h>

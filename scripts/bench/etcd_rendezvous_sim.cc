@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/store/endpoint.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
+#include "rendezvous/store/endpoint.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {

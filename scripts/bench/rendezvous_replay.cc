@@ -45,9 +45,9 @@
 #include <vector>
 
 #include "rendezvous/c10d_round.h"
-#include "rendezvous/store_failover.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/wire_codec.h"
+#include "rendezvous/store_failover.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {

@@ -13,12 +13,10 @@
 //   5. GET ".../done" (reply: the value), then keeps its connection open until every rank is done.
 // One thread, one boost::asio::io_context; RLIMIT_NOFILE raised to the hard limit first.
 //
-// Output: one JSON line: label, dialect, ranks, done (ranks that finished), total_s (first connect to the last
-// GET reply), connected_s (the last connect done), barrier_s (the last ADD reply), server_cpu_s (user +
+// Output: one JSON line: label, dialect, ranks, done (ranks that finished), total_s (first connect to the
+// last GET reply), connected_s (the last connect done), barrier_s (the last ADD reply), server_cpu_s (user +
 // system of --server-pid over the run, -1 unknown), server_hwm_kb (VmHWM after the run), errors, first_error.
 // Exit codes: 0 every rank finished; 1 errors or the timeout; 2 bad flags or an unresolvable host.
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -33,6 +31,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
 #include "rendezvous/store/wire_codec.h"
@@ -103,7 +102,8 @@ class Storm {
     for (size_t i = 0; i < o_.ranks; ++i) ranks_.push_back(std::make_unique<Rank>(io_, i));
     const auto cpu0 = cpu_seconds(o_.server_pid);
     start_ = Clock::now();
-    timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s)));
+    timer_.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s)));
     timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       error("timeout after " + std::to_string(o_.timeout_s) + " s with " + std::to_string(done_) + " of " +
@@ -114,13 +114,17 @@ class Storm {
     io_.run();
     const double total = seconds_since_start(last_done_);
     const auto cpu1 = cpu_seconds(o_.server_pid);
-    nlohmann::ordered_json j{
-        {"label", o_.label}, {"dialect", o_.dialect}, {"ranks", o_.ranks}, {"done", done_},
-        {"total_s", done_ == o_.ranks ? total : -1.0}, {"connected_s", seconds_since_start(last_connected_)},
-        {"barrier_s", seconds_since_start(last_add_)},
-        {"server_cpu_s", cpu0 && cpu1 ? *cpu1 - *cpu0 : -1.0},
-        {"server_hwm_kb", o_.server_pid > 0 ? hwm_kb(o_.server_pid) : -1}, {"errors", errors_},
-        {"first_error", first_error_}};
+    nlohmann::ordered_json j{{"label", o_.label},
+                             {"dialect", o_.dialect},
+                             {"ranks", o_.ranks},
+                             {"done", done_},
+                             {"total_s", done_ == o_.ranks ? total : -1.0},
+                             {"connected_s", seconds_since_start(last_connected_)},
+                             {"barrier_s", seconds_since_start(last_add_)},
+                             {"server_cpu_s", cpu0 && cpu1 ? *cpu1 - *cpu0 : -1.0},
+                             {"server_hwm_kb", o_.server_pid > 0 ? hwm_kb(o_.server_pid) : -1},
+                             {"errors", errors_},
+                             {"first_error", first_error_}};
     std::cout << j.dump() << std::endl;
     return errors_ == 0 && done_ == o_.ranks ? 0 : 1;
   }
@@ -169,9 +173,10 @@ class Storm {
     r.step = step;
     r.have = 0;
     auto buf = std::make_shared<std::string>(std::move(bytes));
-    asio::async_write(r.socket, asio::buffer(*buf), [this, &r, buf](const boost::system::error_code& ec, size_t) {
-      if (ec) fail(r, "send: " + ec.message());
-    });
+    asio::async_write(r.socket, asio::buffer(*buf),
+                      [this, &r, buf](const boost::system::error_code& ec, size_t) {
+                        if (ec) fail(r, "send: " + ec.message());
+                      });
     read(r);
   }
 
@@ -260,7 +265,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", o.ranks)->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--dialect", o.dialect)->check(CLI::IsMember({"legacy", "modern"}));
   app.add_option("--server-pid", o.server_pid);
-  app.add_option("--connect-concurrency", o.connect_concurrency)->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--connect-concurrency", o.connect_concurrency)
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--timeout", o.timeout_s)->check(CLI::PositiveNumber);
   app.add_option("--label", o.label);
   CLI11_PARSE(app, argc, argv);

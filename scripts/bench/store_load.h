@@ -2,8 +2,10 @@
 // with at most one request outstanding (store_load_client.cc), and Bench, the phases and the report.
 #pragma once
 
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -14,15 +16,12 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/fd_limit.h"
@@ -54,7 +53,7 @@ struct Options {
 };
 
 inline rdzv::Request make(rdzv::Op op, std::string key = {}, std::optional<std::string> value = {},
-                   int64_t delta = 0) {
+                          int64_t delta = 0) {
   rdzv::Request r;
   r.op = op;
   if (!key.empty()) r.keys.push_back(std::move(key));

@@ -1,8 +1,8 @@
 // libFuzzer target: two StoreSessions sharing one KeyValueState, fed interleaved chunks of bytes the way
 // the server feeds them (partial requests kept for the next chunk, a broken client replaced by a new one).
 // Everything runs twice, in two worlds fed the same records: one whose replies reference stored values
-// (shared buffers, counted on a SharedBytes ledger, from a size set by the configuration byte down to 1 byte),
-// one that copies every value. Both must put the same bytes on the wire.
+// (shared buffers, counted on a SharedBytes ledger, from a size set by the configuration byte down to 1
+// byte), one that copies every value. Both must put the same bytes on the wire.
 //
 // Input: one configuration byte, then records.
 //   config bits 0-1: dialect of session 0 (0 legacy, 1 mid2023, 2 modern, 3 detect); bits 2-3: session 1;
@@ -30,10 +30,9 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <vector>
-
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "rendezvous/store/key_value_state.h"
 #include "rendezvous/store/reply_queue.h"
@@ -45,8 +44,8 @@ namespace {
 using ddprun::rdzv::Dialect;
 using ddprun::rdzv::KeyValueState;
 using ddprun::rdzv::ParseStatus;
-using ddprun::rdzv::Request;
 using ddprun::rdzv::ReplyQueue;
+using ddprun::rdzv::Request;
 using ddprun::rdzv::RequestParser;
 using ddprun::rdzv::SharedBytes;
 using ddprun::rdzv::StoreSession;
@@ -147,8 +146,8 @@ class World {
  private:
   void connect(int i) {
     Client& c = clients_[i];
-    c.session = std::make_unique<StoreSession>(state_, limits_, c.dialect, [&c] { ++c.async_outputs; },
-                                               &ledger_, share_at_);
+    c.session = std::make_unique<StoreSession>(
+        state_, limits_, c.dialect, [&c] { ++c.async_outputs; }, &ledger_, share_at_);
   }
 
   WireLimits limits_;

@@ -71,7 +71,7 @@ TEST_CASE("rendezvous options: static, node 0 of a fixed count hosts the store",
   CHECK(o.connect_timeout == 7s);
 }
 
-TEST_CASE("rendezvous options: static, another node joins; MAX of a range; torch's `timeout`",
+TEST_CASE("rendezvous options: static, another node joins, MAX of a range, torch's timeout key",
           "[launcher][rdzv_options]") {
   const auto o =
       options_of<StaticRendezvousOptions>({"--nnodes", "2:4", "--node_rank", "3", "--rdzv_endpoint",

@@ -1,5 +1,6 @@
 // Test support for the rendezvous tests that run without root: rendezvous participants as threads against
-// one store on 127.0.0.1, and the bounded waits they share (eventually(): tests/eventually.h). Header-only; for tests/rendezvous/*_itest.cc.
+// one store on 127.0.0.1, and the bounded waits they share (eventually(): tests/eventually.h). Header-only;
+// for tests/rendezvous/*_itest.cc.
 #pragma once
 
 #include <chrono>

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "rendezvous_participants.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {
 namespace {

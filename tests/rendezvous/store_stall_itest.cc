@@ -16,8 +16,8 @@
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
-#include "rendezvous/store_failover.h"
 #include "rendezvous/store/store_server.h"
+#include "rendezvous/store_failover.h"
 #include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {
@@ -64,7 +64,8 @@ class FreezableStore {
  private:
   boost::asio::io_context io_;
   // Keeps io_.run() going once the server stopped, until the destructor.
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ = boost::asio::make_work_guard(io_);
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_ =
+      boost::asio::make_work_guard(io_);
   StoreServer server_;
   uint16_t port_;
   std::thread thread_;
@@ -123,7 +124,8 @@ struct Round {
   }
   // True once both nodes' heartbeat counters moved past `beats`.
   bool beating(int64_t beats) {
-    return eventually([&] { return obs.add(rkey(0, "hb/0"), 0) > beats && obs.add(rkey(0, "hb/1"), 0) > beats; });
+    return eventually(
+        [&] { return obs.add(rkey(0, "hb/0"), 0) > beats && obs.add(rkey(0, "hb/1"), 0) > beats; });
   }
 
   Participant<DynamicRendezvous> a, b;
@@ -180,7 +182,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "c10d rendezvous: a store silent or gone for longer than read_timeout is reported as what it is, naming it",
+    "c10d rendezvous: a store silent or gone for longer than read_timeout is reported as what it is, naming "
+    "it",
     "[c10d][stall][integration]") {
   // A frozen store: a timeout ("did not answer"), never a dialect problem. A killed one: lost.
   const bool killed = GENERATE(false, true);
@@ -196,7 +199,8 @@ TEST_CASE(
   CHECK(Clock::now() - start >= 1500ms);
   const std::string what = round.wa.get();
   INFO(what);
-  CHECK_THAT(what, Catch::StartsWith("store error: rendezvous 'job': the store at " + store.endpoint() + how));
+  CHECK_THAT(what,
+             Catch::StartsWith("store error: rendezvous 'job': the store at " + store.endpoint() + how));
   CHECK_THAT(what, Catch::Contains("(tolerated: 1.5 s)"));
   CHECK_THAT(what, !Catch::Contains("dialect"));
   CHECK_THAT(round.wb.get(), Catch::Contains(how));
@@ -340,7 +344,8 @@ TEST_CASE("c10d failover: a node whose workers succeeded takes a lost store as t
   const auto what = trio.watch_all(Clock::now() + kLimit);
   REQUIRE(what.size() == 3);
   CHECK(what[0] == "stopped: the store at " + store.endpoint() + " is lost");
-  CHECK(what[2] == "stopped: the store at " + store.endpoint() + " is lost after this node's workers succeeded");
+  CHECK(what[2] ==
+        "stopped: the store at " + store.endpoint() + " is lost after this node's workers succeeded");
 }
 
 TEST_CASE("store failover: successors round-trip through the store's text; anything else is refused",

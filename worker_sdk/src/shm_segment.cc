@@ -63,10 +63,12 @@ ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
 std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t bytes) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) fail("shm_open(O_CREAT|O_EXCL)", name);
-  // ftruncate alone reserves nothing on tmpfs: a full /dev/shm would surface as SIGBUS at the first write into
-  // the mapping. posix_fallocate takes the pages now, or says ENOSPC while a clear error can still be given.
-  const int e = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
-                                                                 : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  // ftruncate alone reserves nothing on tmpfs: a full /dev/shm would surface as SIGBUS at the first write
+  // into the mapping. posix_fallocate takes the pages now, or says ENOSPC while a clear error can still be
+  // given.
+  const int e = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0
+                    ? errno
+                    : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (e != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());

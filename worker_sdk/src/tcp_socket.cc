@@ -87,7 +87,7 @@ TcpListener::TcpListener() {
 }
 
 UniqueFd TcpListener::accept_peer(uint64_t tag, int expected_rank, const AbortSignal& abort,
-                            const Deadline& deadline) {
+                                  const Deadline& deadline) {
   for (;;) {
     UniqueFd conn(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!conn) {
@@ -109,7 +109,7 @@ UniqueFd TcpListener::accept_peer(uint64_t tag, int expected_rank, const AbortSi
 }
 
 UniqueFd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
-                const AbortSignal& abort, const Deadline& deadline) {
+                      const AbortSignal& abort, const Deadline& deadline) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_INET;

@@ -32,7 +32,7 @@ class TcpListener {
 
 // Connects to host:port (retrying refused connections until the deadline) and says hello as `my_rank`.
 UniqueFd connect_peer(const std::string& host, uint16_t port, int peer_rank, uint64_t tag, int my_rank,
-                const AbortSignal& abort, const Deadline& deadline);
+                      const AbortSignal& abort, const Deadline& deadline);
 
 // The local IPv4 address the kernel would use to reach `host` ("" when it cannot tell).
 std::string local_address_towards(const std::string& host);

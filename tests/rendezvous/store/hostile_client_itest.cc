@@ -154,8 +154,6 @@ TEST_CASE("Hostile client: connections beyond max_connections are refused", "[st
   f.require_healthy();
 }
 
-
-
 TEST_CASE("Hostile client: more WAITs pending than the per-connection limit is dropped",
           "[store][hostile][integration]") {
   StoreServerOptions options;
@@ -172,8 +170,9 @@ TEST_CASE("Hostile client: more WAITs pending than the per-connection limit is d
   f.require_healthy();
 }
 
-TEST_CASE("Hostile client: a hundred thousand WAITs on one key complete and vanish without freezing the store",
-          "[store][hostile][integration]") {
+TEST_CASE(
+    "Hostile client: a hundred thousand WAITs on one key complete and vanish without freezing the store",
+    "[store][hostile][integration]") {
   Fixture f;
   const int connections = 100, waits = 1000;  // each connection at the default limit (1024)
   std::vector<std::unique_ptr<RawSocket>> clients;

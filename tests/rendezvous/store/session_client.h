@@ -51,8 +51,9 @@ class Client {
  public:
   Client(KeyValueState& state, Dialect dialect, bool forced = true, SharedBytes* ledger = nullptr)
       : dialect_(dialect),
-        session_(state, WireLimits{}, forced ? std::optional<Dialect>(dialect) : std::nullopt,
-                 [this] { ++async_; }, ledger) {}
+        session_(
+            state, WireLimits{}, forced ? std::optional<Dialect>(dialect) : std::nullopt,
+            [this] { ++async_; }, ledger) {}
 
   // Sends one whole request; it must be consumed entirely and without error. Its reply stays queued.
   void send(const Request& r) {

@@ -144,7 +144,8 @@ void agent_store(KeyValueState& state) {
   state.set("/ddprun/worker_keyspace", "job/r0");
 }
 
-TEST_CASE("a worker's GETNUMKEYS counts its keyspace from its first request on", "[store_session][keyspace]") {
+TEST_CASE("a worker's GETNUMKEYS counts its keyspace from its first request on",
+          "[store_session][keyspace]") {
   KeyValueState state;
   agent_store(state);
   REQUIRE(state.num_keys() == 5);

@@ -1,7 +1,5 @@
 // The TCPStore request parser fed as a socket feeds it: a byte at a time, requests back to back, large
 // requests in pieces; dialect detection from the first bytes; limits enforced from declared sizes.
-#include "rendezvous/store/wire_codec.h"
-
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rendezvous/store/wire_codec.h"
 #include "wire_test_util.h"
 
 namespace ddprun::rdzv {
