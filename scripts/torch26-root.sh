@@ -24,7 +24,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${DDPRUN_TORCH26_ROOT:-/var/cache/ddprun/torch26-root}
 suite=trixie
-packages=python3-torch,libtorch-dev,g++,cmake,ninja-build,pkg-config,libboost-dev,libboost-filesystem-dev
+packages=python3-torch,libtorch-dev,g++,cmake,ninja-build,pkg-config,libboost-dev
 packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,libfmt-dev,catch2,ccache
 # python3-etcd: torch's etcd and etcd-v2 rendezvous backends (tests/integration/test_etcd_netns.py) import it;
 # libssl-dev: the project's configure needs OpenSSL (rendezvous/etcd's https), also for the SDK's build here.
