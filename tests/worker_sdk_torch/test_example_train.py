@@ -80,9 +80,11 @@ class ExampleTrain(unittest.TestCase):
         # ranks' segment needs 5.1 MiB. Before posix_fallocate, mapping it succeeded and the first write past
         # 4 MiB (gradients of a 512-wide model fill every chunk of the segment) killed rank 0 with SIGBUS.
         # Afterwards nothing of ddprun's is left in that /dev/shm; the TCP path the message suggests trains.
-        script = ('mount -t tmpfs -o size=4m tmpfs /dev/shm || exit 90; "$@"; rc=$?; '
-                  'echo "left in /dev/shm: [$(ls -A /dev/shm)]"; exit $rc')
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+        # /dev's mounts are made private first, so the small tmpfs never propagates to the machine's /dev/shm
+        # (unshare's own --propagation private needs / to be a mount point: not so in the torch 2.6 root).
+        script = ('mount --make-rprivate /dev || exit 91; mount -t tmpfs -o size=4m tmpfs /dev/shm || exit 90; '
+                  '"$@"; rc=$?; echo "left in /dev/shm: [$(ls -A /dev/shm)]"; exit $rc')
+        cmd = ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script, "sh",
                DDPRUN, "--standalone", "--nproc_per_node", "2", "--no_python", EXAMPLE, "--threads", "1",
                "--hidden", "512", "--steps", "5", "--log-every", "0"]
         rc, out = run(cmd)
