@@ -327,8 +327,11 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.assert_nothing_left(self.tmp)
 
     def test_worker_crash_is_restarted_by_ddprun_elastic_example(self):
+        # last_call_timeout 10 s: both nodes rejoin after the crash and the round closes as soon as the second
+        # arrives (MAX reached); 3 s was once too short for a node's agent on a loaded machine (two netns
+        # modules at once), which then came as a newcomer and made a third attempt.
         env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"),
-                        DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,join_timeout=120")
+                        DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,join_timeout=120")
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
                                         "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
         out = self.output()
@@ -352,7 +355,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         # USE_LIBUV (default 1): Debian 13's torch 2.6 has no libuv (test_etcd_netns.py, LAUNCHER_ENV).
         libuv = {} if (EXPECTED_TORCH or "1.").startswith("1.") else {"USE_LIBUV": "0"}
         env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"), RDZV_BACKEND="etcd",
-                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=3,timeout=120",
+                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,timeout=120",
                         **libuv)
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
                                         "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
