@@ -9,10 +9,7 @@
 #   scripts/test-cluster.sh status        list the hosts, their addresses and how many processes run there
 #
 # Layout: bridge ddprun-br0 with 10.99.0.254/24 in the root namespace; host I is namespace ddprun-hI with
-# loopback up and interface eth0 = 10.99.0.I/24, the peer of veth ddprun-vI on the bridge.
-# Several clusters can exist side by side: DDPRUN_TEST_CLUSTER=C (0-9, default 0) names cluster C, whose hosts
-# are ddprun-cChI (10.99.C.I, veths ddprun-cCvI) on bridge ddprun-brC; cluster 0 keeps the names above. Every
-# subcommand acts on that cluster only (the test suite runs two netns modules at once, one per cluster). The hosts have no
+# loopback up and interface eth0 = 10.99.0.I/24, the peer of veth ddprun-vI on the bridge. The hosts have no
 # default route: they reach each other (and the bridge address) and nothing else. Host names are not
 # resolvable (use the 10.99.0.I addresses) unless `names` gave them names: then every host's /etc/hosts (the
 # file /etc/netns/ddprun-hI/hosts, which `ip netns exec` mounts over /etc/hosts) lists them, and `exec` on
@@ -23,33 +20,23 @@
 # GLOO_SOCKET_IFNAME=eth0 unless set: gloo otherwise picks its interface by resolving the host name. CMD keeps
 # the process id of the `exec` call (every step execs), so signalling that pid signals CMD.
 #
-# The host names are fixed, so one user of a cluster at a time: users that keep the hosts for a while (the
-# netns test modules, a Slurm test cluster) hold an flock on /tmp/ddprun-test-cluster.lock (cluster 0) or
-# /tmp/ddprun-test-cluster-C.lock meanwhile (tests/integration/ddprun_testlib.py). This script itself does not
-# lock.
+# The host names are fixed, so one user at a time: users that keep the hosts for a while (the test module
+# tests/integration/test_elastic_netns.py, a Slurm test cluster) hold an flock on
+# /tmp/ddprun-test-cluster.lock meanwhile. This script itself does not lock.
 #
 # Needs root (exit 77 without it, the "skipped" code of automake and ctest's SKIP_RETURN_CODE). A failed `up`
 # tears down what it created. Exit codes: 0 ok, 1 failure, 2 usage, 77 not root / no netns support.
 set -Eeuo pipefail
 
-cluster=${DDPRUN_TEST_CLUSTER:-0}
-if ! [[ $cluster =~ ^[0-9]$ ]]; then
-  echo "test-cluster: DDPRUN_TEST_CLUSTER must be a digit 0-9 (got '$cluster')" >&2
-  exit 2
-fi
-if ((cluster == 0)); then
-  readonly PREFIX=ddprun-h VETH_PREFIX=ddprun-v
-else
-  readonly PREFIX=ddprun-c${cluster}h VETH_PREFIX=ddprun-c${cluster}v
-fi
-readonly BRIDGE=ddprun-br$cluster
-readonly SUBNET=10.99.$cluster
+readonly PREFIX=ddprun-h
+readonly BRIDGE=ddprun-br0
+readonly VETH_PREFIX=ddprun-v
+readonly SUBNET=10.99.0
 readonly BRIDGE_ADDR=$SUBNET.254/24
 readonly MAX_HOSTS=200  # 10.99.0.1 .. 10.99.0.200; .201-.253 stay free for "nobody there" tests
 
 usage() {
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "(DDPRUN_TEST_CLUSTER=C: cluster C's hosts, ddprun-cChI at 10.99.C.I; default 0: ddprun-hI at 10.99.0.I)" >&2
   exit 2
 }
 

@@ -87,26 +87,9 @@ def skip_unless_required(reason):
     raise unittest.SkipTest(reason)
 
 
-# The cluster of test hosts (scripts/test-cluster.sh) this process uses: DDPRUN_TEST_CLUSTER=C, set per module by
-# tests/integration/CMakeLists.txt so that two netns modules run at once, each on a cluster of its own. Cluster
-# 0 (the default, and the Slurm cluster's) has hosts ddprun-hI at 10.99.0.I; cluster C, ddprun-cChI at 10.99.C.I.
-TEST_CLUSTER = int(os.environ.get("DDPRUN_TEST_CLUSTER") or "0")
-
-
-def test_host_name(host):
-    """Host `host`'s name (its network namespace, and its host name inside) in this process's cluster."""
-    return f"ddprun-h{host}" if TEST_CLUSTER == 0 else f"ddprun-c{TEST_CLUSTER}h{host}"
-
-
-def test_host_address(host):
-    """Host `host`'s IPv4 address (its eth0) in this process's cluster."""
-    return f"10.99.{TEST_CLUSTER}.{host}"
-
-
-# A cluster's hosts have fixed names: whoever uses them for a while (a netns test module, a Slurm test cluster)
-# holds an exclusive flock on the cluster's lock file meanwhile.
-CLUSTER_LOCK = ("/tmp/ddprun-test-cluster.lock" if TEST_CLUSTER == 0
-                else f"/tmp/ddprun-test-cluster-{TEST_CLUSTER}.lock")
+# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses them for a while (a netns test
+# module, a Slurm test cluster) holds an exclusive flock on this file meanwhile.
+CLUSTER_LOCK = "/tmp/ddprun-test-cluster.lock"
 
 
 def hold_cluster_lock(owner, timeout):
@@ -128,7 +111,7 @@ def hold_cluster_lock(owner, timeout):
         lock.seek(0)
         holder = lock.read().strip() or "nothing"
         lock.close()
-        raise AssertionError(f"the test hosts ({test_host_name('*')}) stayed busy for {timeout} s: another process holds "
+        raise AssertionError(f"the test hosts (ddprun-h*) stayed busy for {timeout} s: another process holds "
                              f"{CLUSTER_LOCK} (its last holder wrote: {holder})") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

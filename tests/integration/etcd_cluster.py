@@ -37,8 +37,6 @@ import urllib.error
 import urllib.request
 import uuid
 
-import ddprun_testlib
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(HERE))
 CLUSTER = os.path.join(REPO, "scripts", "test-cluster.sh")
@@ -49,7 +47,7 @@ START_TIMEOUT = 60  # seconds for a fresh cluster to elect a leader and report h
 
 
 def host_address(host):
-    return ddprun_testlib.test_host_address(host)
+    return f"10.99.0.{host}"
 
 
 def _free_port():

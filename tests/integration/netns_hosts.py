@@ -1,7 +1,6 @@
 """Test hosts for the elastic tests: network namespaces with their own IPv4 addresses, and ddprun agents on them.
 
-scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0; with DDPRUN_TEST_CLUSTER=C,
-ddprun-cCh1..4 at 10.99.C.1..4: ddprun_testlib.test_host_name/test_host_address). HostsTestCase recreates
+scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0). HostsTestCase recreates
 them for its module (test-cluster.sh down, then up), so nothing an interrupted earlier run left on them is in
 the way, and leaves no process on any host after each test. It needs root and network namespaces: skipped
 with the reason otherwise (ddprun_testlib.skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1);
@@ -39,7 +38,7 @@ ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ran
 
 
 def address(host):
-    return ddprun_testlib.test_host_address(host)
+    return f"10.99.0.{host}"
 
 
 def cluster(*args, check=True):
@@ -54,7 +53,7 @@ def cluster(*args, check=True):
 
 def host_pids(host):
     """The processes running in host's network namespace."""
-    done = subprocess.run(["ip", "netns", "pids", ddprun_testlib.test_host_name(host)], stdout=subprocess.PIPE,
+    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     return [int(p) for p in done.stdout.split()]
 

@@ -58,7 +58,7 @@ def daemon_pids():
 
 def host_job_processes(host):
     """Processes on a test host other than its slurmd: what a job left behind."""
-    done = subprocess.run(["ip", "netns", "pids", ddprun_testlib.test_host_name(host)], stdout=subprocess.PIPE,
+    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     pids = {int(p) for p in done.stdout.split()} - daemon_pids()
     out = []

@@ -99,9 +99,9 @@ class ElasticOnHosts(HostsTestCase):
         with open(self.path("probe.log"), errors="replace") as f:
             output = f.read()
         self.assertEqual(rc, 0, output)
-        info = ddprun_testlib.read_json_file(self.path(f"probe-{ddprun_testlib.test_host_name(2)}.json"))
+        info = ddprun_testlib.read_json_file(self.path("probe-ddprun-h2.json"))
         self.assertIsNotNone(info, output)
-        ddprun_testlib.check_worker_probe(self, info, ddprun_testlib.test_host_name(2), address(2))
+        ddprun_testlib.check_worker_probe(self, info, "ddprun-h2", address(2))
         self.assertEqual(info["pid"], proc.pid, f"not the process that test-cluster.sh exec started: {info}")
         self.assertEqual(info["cwd"], self.tmp, info)
         self.assertEqual(info["env"]["DDPRUN_IT_PROBE"], "netns", info)

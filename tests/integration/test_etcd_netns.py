@@ -37,7 +37,6 @@ import subprocess
 import time
 import unittest
 
-import ddprun_testlib
 from ddprun_testlib import EXPECTED_TORCH, PYTHON
 from etcd_cluster import EtcdCluster
 from netns_hosts import NPROC, ROUND_LINE, TRAIN, HostAgent, HostsTestCase, address, cluster, wait_until
@@ -54,7 +53,7 @@ DDPRUN_CONF = {"etcd": "last_call_timeout=1,timeout=90",
 # Test-sized timeouts for the cases that must fail: every request to etcd, and the whole rendezvous.
 QUICK_FAIL_CONF = {"etcd": "read_timeout=5,timeout=5", "etcd-v2": "read_timeout=5,join_timeout=5"}
 
-HOST_NAMES = [ddprun_testlib.test_host_name(h) for h in (1, 2, 3, 4)]
+HOST_NAMES = [f"ddprun-h{h}" for h in (1, 2, 3, 4)]
 # Without an agent store (torch's etcd backends: TORCHELASTIC_USE_AGENT_STORE=False) rank 0's worker hosts the
 # job's TCPStore through init_process_group's env://, which in torch 2.x passes use_libuv=(USE_LIBUV, default
 # "1") explicitly: Debian 13's torch 2.6, built without libuv, then fails with "use_libuv was requested but
@@ -126,7 +125,7 @@ class EtcdHostsTestCase(HostsTestCase):
                 "--rdzv_conf", merged_conf(DDPRUN_CONF[backend], conf),
                 "--max_restarts", str(max_restarts), "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
                 *flags, "--python", PYTHON, *self.train_args(steps), *train]
-        agent = HostAgent(host, args, self.path(f"{ddprun_testlib.test_host_name(host)}.log"), env=LAUNCHER_ENV)
+        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env=LAUNCHER_ENV)
         self.agents.append(agent)
         return agent
 

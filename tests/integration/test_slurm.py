@@ -328,8 +328,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
 
     def test_worker_crash_is_restarted_by_ddprun_elastic_example(self):
         # last_call_timeout 10 s: both nodes rejoin after the crash and the round closes as soon as the second
-        # arrives (MAX reached); 3 s was once too short for a node's agent on a loaded machine (two netns
-        # modules at once), which then came as a newcomer and made a third attempt.
+        # arrives (MAX reached); 3 s was once too short for a node's agent on a loaded machine, which then came
+        # as a newcomer and made a third attempt.
         env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"),
                         DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,join_timeout=120")
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
@@ -411,8 +411,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         for h, name in enumerate(names, start=1):
             info = ddprun_testlib.read_json_file(self.path(f"probe-{name}.json"))
             self.assertIsNotNone(info, f"no probe result from {name}\n{self.describe()}")
-            ddprun_testlib.check_worker_probe(self, info, name, ddprun_testlib.test_host_address(h))
-            self.assertEqual(info["resolved"], {n: ddprun_testlib.test_host_address(i) for i, n in enumerate(names, start=1)}, info)
+            ddprun_testlib.check_worker_probe(self, info, name, f"10.99.0.{h}")
+            self.assertEqual(info["resolved"], {n: f"10.99.0.{i}" for i, n in enumerate(names, start=1)}, info)
             self.assertEqual(info["env"]["SLURMD_NODENAME"], name, info)
             self.assertEqual(str(info["pid"]), info["env"]["SLURM_TASK_PID"], info)
             self.assertEqual(info["cwd"], self.tmp, info)
