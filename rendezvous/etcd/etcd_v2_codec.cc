@@ -2,6 +2,9 @@
 
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv::etcd::v2 {
 namespace {
@@ -110,7 +113,11 @@ std::optional<Response> read_reply(const Reply& reply, const RequestText& reques
     response.action = doc.at("action").get<std::string>();
     response.node = parse_node(doc.at("node"));
     if (doc.contains("prevNode")) response.prev_node = parse_node(doc.at("prevNode"));
-    if (reply.etcd_index) response.etcd_index = std::stoull(std::string(*reply.etcd_index));
+    if (reply.etcd_index) {
+      const auto index = parse_uint(*reply.etcd_index);
+      if (!index) throw std::invalid_argument("X-Etcd-Index '" + printable(*reply.etcd_index) + "'");
+      response.etcd_index = *index;
+    }
     return response;
   } catch (const std::exception& e) {
     throw not_etcd(std::string("a reply etcd would not send (") + e.what() + ")");

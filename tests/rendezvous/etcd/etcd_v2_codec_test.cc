@@ -99,6 +99,14 @@ TEST_CASE("etcd v2 codec: replies that are not etcd's", "[etcd]") {
              Catch::Contains("a reply etcd would not send"));
   CHECK_THROWS_AS(read_reply({200, R"({"action":"get","node":{}})", "nine"}, kGet, leaderless),
                   EtcdProtocolError);
+  // std::stoull took "-1" for 2^64 - 1 and "9x" for 9: the whole header is a number or the reply is refused.
+  for (const char* bad : {"nine", "-1", "9x", " 9"}) {
+    CAPTURE(bad);
+    CHECK_THAT(error_text([&] {
+                 read_reply({200, R"({"action":"get","node":{}})", bad}, kGet, leaderless);
+               }),
+               Catch::Contains("a reply etcd would not send (X-Etcd-Index '" + std::string(bad) + "')"));
+  }
 }
 
 TEST_CASE("etcd v2 codec: a watch that ended without an event", "[etcd]") {
