@@ -1,7 +1,5 @@
 #include "launcher/hostlist.h"
 
-#include <charconv>
-
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {

@@ -1,7 +1,6 @@
 #include "agent/watchdog/stack_dump.h"
 
 #include <algorithm>
-#include <charconv>
 #include <regex>
 #include <sstream>
 

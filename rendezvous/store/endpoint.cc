@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 
-#include <charconv>
-
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {

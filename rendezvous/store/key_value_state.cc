@@ -1,7 +1,6 @@
 #include "rendezvous/store/key_value_state.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "rendezvous/util/text_util.h"
 

@@ -9,11 +9,9 @@
 
 namespace ddprun {
 
-inline void retry_backoff(std::chrono::milliseconds lo = std::chrono::milliseconds(1),
-                          std::chrono::milliseconds hi = std::chrono::milliseconds(20)) {
+inline void retry_backoff() {
   thread_local std::minstd_rand rng{std::random_device{}()};
-  const auto pause = std::uniform_int_distribution<long long>(lo.count(), hi.count())(rng);
-  std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(1, 20)(rng)));
 }
 
 }  // namespace ddprun

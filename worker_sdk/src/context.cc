@@ -1,7 +1,6 @@
 // ddprun::sdk::init(): the job's Context from the environment ddprun (or torchrun) sets.
 #include "ddprun/context.h"
 
-#include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
