@@ -116,7 +116,6 @@ void on_worker_exited(WorkerGroup& g, const JobState& job, const GroupEvent& e, 
   g.failures.push_back(std::move(f));
   plan.error("worker local_rank " + std::to_string(w.local_rank) + " (rank " + std::to_string(w.rank) +
              ", pid " + std::to_string(w.pid) + ") failed: " + e.status.describe());
-  // Stop first: the probe may take a heartbeat interval, and the failed group must not wait for it.
   plan.stop_workers(SIGTERM);
   plan.add(Action::Kind::kProbeLiveness);
 }
@@ -125,7 +124,8 @@ void on_liveness_probed(WorkerGroup& g, const JobState& job, const GroupEvent& e
   if (g.stop || g.failures.empty()) return;  // a peer's stop came first: nothing to publish
   if (!e.dead_nodes.empty()) {
     // The failure is the echo of a lost node (its peers see the loss as collective errors): re-form
-    // without it, not counted as a restart.
+    // without it, not counted as a restart. The probe only reads what the store knows; a loss it cannot see
+    // yet is found by the next round, which gives the restart back (give_back_restart).
     std::string which;
     for (int d : e.dead_nodes) which += (which.empty() ? "" : ", ") + std::to_string(d);
     g.failures.clear();
@@ -294,6 +294,7 @@ void on_group_stopped(WorkerGroup& g, JobState& job, const SupervisionPolicy& p,
   if (s.node_rank == node_of(g)) plan.add(Action::Kind::kNoteLocalFailure);
   if (job.restarts_done >= p.max_restarts) return plan.finish(Outcome::kExit, code);
   ++job.restarts_done;
+  job.restart_counted = true;
   plan.warn("restarting the worker group (" + std::to_string(job.restarts_done) + " of " +
             std::to_string(p.max_restarts) + " restarts)");
   plan.finish(Outcome::kRestart, code);
@@ -305,6 +306,17 @@ int shutdown_signal(const RoundStop& stop) {
   bool by_signal =
       stop.kind == RoundStop::Kind::kShutdown && stop.exit_code > 128 && stop.exit_code <= 128 + SIGRTMAX;
   return by_signal ? stop.exit_code - 128 : 0;
+}
+
+std::string give_back_restart(JobState& job, const rdzv::RendezvousInfo& round, const SupervisionPolicy& p) {
+  const bool counted = std::exchange(job.restart_counted, false);
+  if (!counted || round.dropped_nodes.empty() || job.restarts_done == 0) return "";
+  --job.restarts_done;
+  std::string who;
+  for (const auto& id : round.dropped_nodes) who += (who.empty() ? "" : ", ") + id;
+  return "round " + std::to_string(round.round) + ": node(s) " + who +
+         " of the previous round did not come back; the restart is charged to their loss, not counted (" +
+         std::to_string(job.restarts_done) + " of " + std::to_string(p.max_restarts) + " restarts used)";
 }
 
 std::vector<Action> supervise(WorkerGroup& g, JobState& job, const GroupEvent& e,

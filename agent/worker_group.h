@@ -91,8 +91,9 @@ struct WorkerGroup {
 
 // The job across its rounds, as supervise() sees it. The loop sets it up; only supervise() changes it.
 struct JobState {
-  std::string host;       // this node's host name, for failure messages
-  int restarts_done = 0;  // failures restarted so far, counted against SupervisionPolicy::max_restarts
+  std::string host;              // this node's host name, for failure messages
+  int restarts_done = 0;         // failures restarted so far, counted against SupervisionPolicy::max_restarts
+  bool restart_counted = false;  // the last round ended in a restart counted in restarts_done
 };
 
 struct GroupEvent {
@@ -131,7 +132,7 @@ struct Action {
     kLog,               // level, text
     kStopWorkers,       // signal: send it to every worker's group, SIGKILL after grace; -> kGroupStopped
     kKillWorkers,       // SIGKILL every worker now (a stop is already under way)
-    kProbeLiveness,     // ask the rendezvous which nodes stopped heart-beating; -> kLivenessProbed
+    kProbeLiveness,     // ask the rendezvous which nodes it knows gone (never waits); -> kLivenessProbed
     kPublishStop,       // stop: end the round for every node; -> kStopPublished | kPublishFailed
     kMarkNodeDone,      // tell the rendezvous this node succeeded; -> kNodeDoneFailed on error
     kPrintSummary,      // print the failure summary of group.failures
@@ -157,6 +158,12 @@ struct Action {
 // the actions to perform, in order. `policy` is the job's (AgentConfig::supervision).
 std::vector<Action> supervise(WorkerGroup& group, JobState& job, const GroupEvent& event,
                               const SupervisionPolicy& policy);
+
+// A new round began. When nodes of the previous round are not in it (RendezvousInfo::dropped_nodes: lost, or
+// too late) and that round ended in a counted restart, the restart is charged to their loss (a lost node's
+// peers fail on collective errors) and given back. Returns the line to log, or "" when nothing was given
+// back.
+std::string give_back_restart(JobState& job, const rdzv::RendezvousInfo& round, const SupervisionPolicy& p);
 
 // The signal that made a node stop the round (kShutdown with exit code 128+N), or 0.
 int shutdown_signal(const rdzv::RoundStop& stop);

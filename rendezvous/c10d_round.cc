@@ -75,7 +75,8 @@ std::optional<RankAssignment> decode_rank_assignment(std::string_view text, Unre
 }
 
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
-  std::vector<size_t> idx(identities.size());
+  const size_t n = identities.size();
+  std::vector<size_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
     bool na = previous[a] < 0, nb = previous[b] < 0;
@@ -83,9 +84,34 @@ std::vector<int> order_nodes(const std::vector<std::string>& identities, const s
     if (!na && previous[a] != previous[b]) return previous[a] < previous[b];
     return identities[a] < identities[b];
   });
-  std::vector<int> rank(identities.size());
-  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r);
+  std::vector<int> rank(n, -1);
+  std::vector<bool> taken(n, false);
+  for (size_t i : idx) {  // members keep the rank they had, where it still exists and is free
+    const int p = previous[i];
+    if (p < 0 || static_cast<size_t>(p) >= n || taken[static_cast<size_t>(p)]) continue;
+    rank[i] = p;
+    taken[static_cast<size_t>(p)] = true;
+  }
+  size_t next_free = 0;
+  for (size_t i : idx) {  // everyone else takes the lowest free rank, in the same order
+    if (rank[i] >= 0) continue;
+    while (taken[next_free]) ++next_free;
+    rank[i] = static_cast<int>(next_free);
+    taken[next_free] = true;
+  }
   return rank;
+}
+
+std::vector<size_t> select_nodes(const std::vector<bool>& member, int max_nodes) {
+  std::vector<size_t> chosen;
+  const auto room = static_cast<size_t>(std::max(max_nodes, 0));
+  for (bool members : {true, false}) {
+    for (size_t i = 0; i < member.size() && chosen.size() < room; ++i) {
+      if (member[i] == members) chosen.push_back(i);
+    }
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
 }
 
 std::vector<RankAssignment> assign_ranks(const std::vector<NodeDescriptor>& nodes) {

@@ -56,10 +56,17 @@ struct RankAssignment {
 std::string encode(const RankAssignment& a);
 std::optional<RankAssignment> decode_rank_assignment(std::string_view text, UnreadableField& why);
 
-// Ranks for one round: `previous[i]` is node i's rank in the previous round or -1. Members of the previous
-// round keep their order and come first, newcomers follow by identity. Returns the node rank of each arrival
-// index.
+// Ranks for one round: `previous[i]` is node i's rank in the previous round or -1. A member of the previous
+// round keeps its rank when that is below the round's node count (two claiming one rank: the first by
+// identity keeps it), so that survivors keep their global ranks; the ranks left over go, in order, to the
+// members that could not keep theirs (by previous rank, then identity) and to the newcomers (by identity): a
+// spare takes the rank of the node it replaces. Returns the node rank of each arrival index.
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous);
+
+// Which arrivals of a round take part when more than `max_nodes` came: the members of the previous round
+// (`member[i]`) first, then the others, each in arrival order. Returns the chosen arrival indices, ascending;
+// the rest wait as spares.
+std::vector<size_t> select_nodes(const std::vector<bool>& member, int max_nodes);
 
 // The closer's work: the assignment of every node, in arrival order, for the descriptors of the round's nodes
 // in arrival order. Node ranks: order_nodes; base ranks and world size: rank_layout over the local world

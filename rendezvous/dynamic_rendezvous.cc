@@ -81,9 +81,14 @@ int DynamicRendezvous::current_round() {
 }
 
 void DynamicRendezvous::sit_out_if_failing() {
-  if (options_.min_nodes == options_.max_nodes) return;  // nobody could replace this node
   int64_t failures = store_->add(key("failures/" + options_.identity), 0);
   if (failures < 2) return;
+  // With MIN = MAX only a spare can take this node's place; without one, sitting out would stop the job.
+  if (options_.min_nodes == options_.max_nodes && !spare_waiting()) return;
+  // The next round's closer must not wait for this node (it is alive, but sits out).
+  if (const int r = round_.load(); r >= 0 && rank_ >= 0) {
+    store_->set(round_key(r, "lost/" + std::to_string(rank_)), "1");
+  }
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
   spdlog::warn(
@@ -116,19 +121,17 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
 
 RendezvousInfo DynamicRendezvous::join(int local_world_size) {
   if (do_is_closed()) throw closed_error();
+  announce_alive();
   sit_out_if_failing();
   const auto deadline = Clock::now() + options_.join_timeout;
   int r = std::max(round_.load() + 1, current_round());
   for (bool first = true;; first = false, ++r) {
     if (!first && do_is_closed()) throw closed_error();
     const int64_t index = join_round(r, local_world_size);
-    if (index < options_.max_nodes) wait_closed_or_close(r, index);
-    const int count = index < options_.max_nodes ? read_int(store_->get(round_key(r, "closed")),
-                                                            "node count of round " + std::to_string(r), 1)
-                                                 : options_.max_nodes;
-    if (index >= count) {
-      after_close(r, count, deadline);
-    } else if (auto info = await_assignment(r, index)) {
+    const int64_t arrivals = wait_closed_or_close(r, index);
+    if (index >= arrivals) {
+      after_close(r, static_cast<int>(std::min<int64_t>(arrivals, options_.max_nodes)), deadline);
+    } else if (auto info = await_assignment(r, index, deadline)) {
       return *info;
     }
   }
@@ -142,142 +145,10 @@ int64_t DynamicRendezvous::join_round(int r, int local_world_size) {
                                     .local_world_size = local_world_size,
                                     .standby = failover_.standby()}));
   // After a failover, the round is complete once every node expected to survive joined.
-  const bool all_expected = expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_;
-  if (index + 1 == options_.max_nodes || all_expected) store_->set(round_key(r, "full"), "1");
+  if (expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_) {
+    store_->set(round_key(r, "full"), "1");
+  }
   return index;
-}
-
-void DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
-  if (index + 1 == options_.min_nodes) {
-    last_call(r);
-    return;
-  }
-  const auto start = Clock::now();
-  const auto deadline = start + options_.join_timeout;
-  int64_t k = index + 1;  // nodes known to have joined
-  while (true) {
-    try {
-      auto count =
-          wait_or_count(round_key(r, "closed"), round_key(r, "joined"), deadline, options_.progress_interval);
-      if (!count) return;
-      k = *count;
-    } catch (const ConnectionLostError& e) {
-      if (failover_on() && !successors_.empty()) throw;  // lost after a round: next_rendezvous fails over
-      // Only the store host's agent can take the store away before the round completes: it gave up waiting
-      // (its join timeout, usually a little ahead of ours) or was stopped. Report the timeout, not the
-      // socket.
-      throw RendezvousTimeoutError(
-          "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": the store at " + endpoint() +
-          " went away while this node waited for at least " + std::to_string(options_.min_nodes) +
-          " nodes (" + std::to_string(k) +
-          " had joined): the agent hosting it gave up, most likely at its join timeout (" +
-          duration_text(options_.join_timeout) +
-          " here). Start every node within join_timeout of the first, with the same --rdzv_endpoint and "
-          "--rdzv_id, or lower --nnodes MIN (" +
-          e.what() + ")");
-    }
-    if (Clock::now() >= deadline) throw too_few_nodes(r, k);
-    if (k >= options_.min_nodes &&
-        Clock::now() - start > options_.last_call_timeout + options_.close_timeout) {
-      spdlog::warn("rendezvous {} round {}: the node running the last call vanished; closing the round",
-                   run_id(), r);
-      close_round(r, k);
-      continue;
-    }
-    spdlog::info("rendezvous {} round {}: {}/{} joined (max {}), waiting for {} at {}", run_id(), r, k,
-                 options_.min_nodes, options_.max_nodes,
-                 k < options_.min_nodes ? "more nodes" : "the last call to end", endpoint());
-  }
-}
-
-void DynamicRendezvous::last_call(int r) {
-  const int min = options_.min_nodes, max = options_.max_nodes;
-  if (max > min) {
-    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {}",
-                 run_id(), r, min, min, max - min, duration_text(options_.last_call_timeout));
-    try {
-      store_->wait({round_key(r, "full")}, options_.last_call_timeout);
-    } catch (const WaitTimeoutError&) {  // the last call is over
-    }
-  }
-  close_round(r, store_->add(round_key(r, "joined"), 0));
-}
-
-void DynamicRendezvous::close_round(int r, int64_t count) {
-  count = std::min<int64_t>(count, options_.max_nodes);
-  const std::string won = store_->compare_set(round_key(r, "closed"), "", std::to_string(count));
-  if (won == std::to_string(count)) assign_ranks(r, count);  // else someone else closed it
-}
-
-void DynamicRendezvous::assign_ranks(int r, int64_t count) {
-  // This node closed the round: it alone reads the descriptors and assigns every node its rank.
-  std::vector<std::string> node_keys;
-  for (int64_t i = 0; i < count; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-  std::vector<NodeDescriptor> nodes;
-  for (const auto& text : store_->multi_get(node_keys)) {
-    UnreadableField why;
-    auto d = decode_node_descriptor(text, why);
-    if (!d) throw unreadable(why.what, why.text);
-    nodes.push_back(std::move(*d));
-  }
-  const std::vector<RankAssignment> assignments = rdzv::assign_ranks(nodes);
-  std::vector<std::string> keys, values;
-  for (const RankAssignment& a : assignments) {
-    keys.push_back(round_key(r, "assign/" + std::to_string(keys.size())));
-    values.push_back(encode(a));
-  }
-  if (!external()) keys_.open_worker_keyspace(*store_, r);
-  store_->multi_set(keys, values);
-  store_->set(key("round"), std::to_string(r));
-  spdlog::info("rendezvous {} round {}: closed with {} nodes ({} workers)", run_id(), r, count,
-               assignments.front().world_size);
-}
-
-RendezvousTimeoutError DynamicRendezvous::too_few_nodes(int r, int64_t joined) const {
-  std::string names;
-  const int64_t shown = std::min<int64_t>(joined, 16);
-  std::vector<std::string> node_keys;
-  for (int64_t i = 0; i < shown; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-  for (const auto& d : store_->multi_get(node_keys)) names += (names.empty() ? "" : ", ") + identity_of(d);
-  if (joined > shown) names += ", ...";
-  return RendezvousTimeoutError(
-      "rendezvous '" + run_id() + "' round " + std::to_string(r) + ": only " + std::to_string(joined) +
-      " of at least " + std::to_string(options_.min_nodes) + " nodes joined within " +
-      duration_text(options_.join_timeout) + " at " + endpoint() + " (joined: " + names +
-      "). Start more nodes with the same --rdzv_endpoint and --rdzv_id, or lower "
-      "--nnodes MIN");
-}
-
-std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t index) {
-  const std::string assign = round_key(r, "assign/" + std::to_string(index));
-  try {
-    store_->wait({assign}, options_.close_timeout);
-  } catch (const WaitTimeoutError&) {
-    spdlog::warn("rendezvous {} round {}: no rank assignment within {}; starting a new round", run_id(), r,
-                 duration_text(options_.close_timeout));
-    keys_.stop(*store_, r, RoundStop{RoundStop::Kind::kMembership, -1, "closer vanished", 0});
-    return std::nullopt;
-  }
-  UnreadableField why;
-  auto assignment = decode_rank_assignment(store_->get(assign), why);
-  if (!assignment) throw unreadable(why.what, why.text);
-  RendezvousInfo info;
-  info.round = r;
-  info.group_rank = assignment->node_rank;
-  info.group_world_size = assignment->nodes;
-  info.base_rank = assignment->base_rank;
-  info.world_size = assignment->world_size;
-  info.store_host = store_at_.host;
-  info.store_port = store_at_.port;
-  if (external()) share_workers_store(r, info);
-  successors_ = std::move(assignment->successors.endpoints);
-  without_standby_ = assignment->successors.without_standby;
-  expected_nodes_ = 0;
-  previous_rank_ = info.group_rank;
-  neighbour_beats_ = -1;
-  neighbour_seen_ = next_beat_ = Clock::now();
-  enter_round(r, info.group_rank, info.group_world_size);
-  return info;
 }
 
 void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline) {
@@ -289,10 +160,12 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
                RoundStop{RoundStop::Kind::kMembership, -1, "node " + options_.identity + " arrived", 0});
     return;
   }
-  spdlog::warn(
-      "rendezvous {}: round {} is running and full ({} nodes = max); waiting for it to end to join the "
-      "next one. If this agent starts a new job, another job with --rdzv_id {} is still running at {}: "
-      "give the new job its own --rdzv_id",
+  spdlog::info(
+      "rendezvous {}: round {} runs with {} nodes (the most --nnodes allows): this node waits as a hot spare "
+      "and "
+      "takes the place of a node that is lost or fails. (If this agent was meant to start a new job, a job "
+      "with "
+      "--rdzv_id {} is already running at {}: give the new one its own --rdzv_id.)",
       run_id(), r, count, run_id(), endpoint());
   // The job this node waits to join may finish instead of re-forming: then there is no next round, and the
   // agent that hosts the store leaves with it. Either way this agent joined another job's run id.
@@ -339,6 +212,7 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   const std::string detail =
       "node " + std::to_string(neighbour) + " stopped heartbeating for " + duration_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
+  watcher_->set(round_key(r, "lost/" + std::to_string(neighbour)), "1");  // the next round's closer reads it
   keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   return std::nullopt;
 }
@@ -350,27 +224,6 @@ std::optional<RoundStop> DynamicRendezvous::watch_step(Clock::time_point deadlin
     next_beat_ = now + options_.keep_alive_interval;
   }
   return RendezvousBase::watch_step(std::min(deadline, next_beat_));
-}
-
-std::vector<int> DynamicRendezvous::do_unresponsive_nodes() {
-  const int r = round_.load();
-  if (nodes_ <= 1) return {};
-  auto read_all = [&] {
-    std::vector<int64_t> beats;
-    for (int i = 0; i < nodes_; ++i) beats.push_back(store_->add(round_key(r, "hb/" + std::to_string(i)), 0));
-    return beats;
-  };
-  auto before = read_all();
-  std::this_thread::sleep_for(options_.keep_alive_interval + options_.keep_alive_interval / 2);
-  auto after = read_all();
-  std::vector<int> dead;
-  for (int i = 0; i < nodes_; ++i) {
-    if (i != rank_ && after[static_cast<size_t>(i)] == before[static_cast<size_t>(i)]) dead.push_back(i);
-  }
-  // Every other node silent at once: perhaps this store host was frozen and they moved on (stop_round says
-  // so).
-  if (!dead.empty()) job_moved();  // stop_round then returns its stop
-  return dead;
 }
 
 void DynamicRendezvous::share_workers_store(int r, RendezvousInfo& info) {

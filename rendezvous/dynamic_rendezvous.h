@@ -8,24 +8,31 @@
 //   r<r>/node/<idx>       the node's descriptor "<identity>|<previous node rank>|<local world
 //   size>|<standby>"
 //                         (standby: the endpoint of its standby store, "" when it has none)
-//   r<r>/full             set by the node that arrives as number MAX: ends the last call at once
-//   r<r>/closed           the number of nodes in the round, written once (compare_set) by the closer
-//   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>|<successors>", written by the closer
-//                         (multi_set); the successors to the store: StoreFailover::encode
+//   r<r>/full             after a failover: every node expected to survive joined; ends the last call
+//   r<r>/closed           the arrivals the round considered, written once (compare_set) by the closer
+//   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>|<successors>", or "spare", written
+//                         by the closer (multi_set); the successors to the store: StoreFailover::encode
+//   r<r>/members          the round's identities in node-rank order, '|'-separated (the next closer reads it)
+//   r<r>/dropped          the previous round's identities that are not in this one
+//   r<r>/lost/<node rank> a neighbour found that node silent (heartbeats)
+//   live/<identity>       connection-bound: exists while the agent's connection to the store is open
 //   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static
 //   backend r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
 //   failures/<identity>   how often this agent's workers caused a failure (cooldown; per agent, not per host:
 //                         several agents may share a host, e.g. one Slurm task per GPU)
 //   closed                the job is over
-// Completion: the node whose arrival makes the count MIN waits up to last_call_timeout for more (or for
-// r<r>/full), then closes the round with the count it reads; every other node waits for r<r>/closed, and
-// closes it itself if the closer vanished. Only the closer reads the descriptors (one MULTI_GET) and assigns
-// node ranks deterministically (nodes of the previous round keep their order, newcomers follow, sorted by
-// identity); each node then WAITs for its own assignment. A node arriving after the close: if the round has
-// room it ends the round (kMembership) so that everyone re-joins a bigger one; else it waits as a spare for
-// the round to end. Liveness: each running node bumps its heartbeat and watches the next node's (ring order)
-// with its own monotonic clock — no wall clocks are compared across hosts; a neighbour silent for
-// keep_alive_interval x keep_alive_max_attempt is declared dead (kMembership), and the survivors re-join.
+// Completion (dynamic_closing.cc has the rules): the node whose arrival makes the count MIN is the closer; it
+// closes the round as soon as every living node of the previous round is back (a restart waits for nothing
+// else), or MAX joined, or its last call ends. Every other node waits for r<r>/closed, and closes it itself
+// if the closer vanished. Only the closer reads the descriptors (one MULTI_GET), chooses who takes part (the
+// previous round's nodes first; at most MAX; the rest are "spare") and assigns node ranks (survivors keep
+// theirs, spares take the freed ones); each node then WAITs for its own assignment. A node arriving after the
+// close: if the round has room it ends the round (kMembership) so that everyone re-joins a bigger one; else
+// it waits as a hot spare for the round to end. Liveness: an agent's connection-bound key live/<identity>
+// (KeyValueState::connection_bound) disappears when its process dies; each running node also bumps its
+// heartbeat and watches the next node's (ring order) with its own monotonic clock — no wall clocks are
+// compared across hosts; a neighbour silent for keep_alive_interval x keep_alive_max_attempt is declared lost
+// (r<r>/lost/<rank>, kMembership: a frozen node), and the survivors re-join.
 //
 // Errors (beyond RendezvousHandler's contract): next_rendezvous throws RendezvousTimeoutError when the store
 // went away while this node waited for a round to complete (its host gave up, usually at its own join
@@ -51,6 +58,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -96,9 +104,9 @@ struct DynamicRendezvousOptions {
   // A store that is not ddprun's (--rdzv_backend etcd-v2: etcd): makes a connection whose requests wait up to
   // the given timeout; called twice (the agent loop's, the watcher's). When set, endpoint_host/port name the
   // store's first member only to find this node's address towards it (the workers' store address), and
-  // fallback_endpoints, is_host, failover and store_memory_budget are not used: nothing is hosted, there is no
-  // standby (the store is replicated by itself), and the workers' rank 0 hosts their TCPStore on a free port
-  // of node 0's host (RendezvousInfo::agent_store false), which node 0 publishes as r<r>/workers_store.
+  // fallback_endpoints, is_host, failover and store_memory_budget are not used: nothing is hosted, there is
+  // no standby (the store is replicated by itself), and the workers' rank 0 hosts their TCPStore on a free
+  // port of node 0's host (RendezvousInfo::agent_store false), which node 0 publishes as r<r>/workers_store.
   std::function<std::unique_ptr<Store>(std::chrono::milliseconds request_timeout)> external_store;
   std::string external_name;  // the store in messages ("etcd http://h1:2379,h2:2379")
 };
@@ -114,7 +122,8 @@ class DynamicRendezvous final : public RendezvousBase {
  protected:
   RendezvousInfo do_next_rendezvous(int local_world_size) override;
   void do_note_local_failure() override;
-  std::vector<int> do_unresponsive_nodes() override;
+  // The members of the round whose connection-bound live key is gone (their agents died); own store only.
+  std::vector<int> do_lost_nodes() override;
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
   std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override;
@@ -144,20 +153,35 @@ class DynamicRendezvous final : public RendezvousBase {
   void fail_over();
   RendezvousInfo join(int local_world_size);
   int current_round();
+  // A node whose workers caused two or more failures sits out (cooldown) when another node can take its
+  // place: MIN < MAX, or a spare waits.
   void sit_out_if_failing();
+  // Whether an arrival of this node's last round that is not one of its members (a spare) is still alive.
+  bool spare_waiting();
   // Adds this node to round r; returns its arrival index.
   int64_t join_round(int r, int local_world_size);
-  // Waits until round r is closed (closing it when this node runs the last call or the closer vanished).
-  void wait_closed_or_close(int r, int64_t index);
-  void last_call(int r);
-  // Closes round r with `count` nodes unless another node did; the closer assigns every node its rank.
-  void close_round(int r, int64_t count);
-  void assign_ranks(int r, int64_t count);
+  // Sets this agent's connection-bound key live/<identity> (own store only): the round's closer knows this
+  // agent alive while its connection is open (dynamic_closing.cc).
+  void announce_alive();
+  // Waits until round r is closed (closing it when this node is the closer, or the closer vanished); returns
+  // how many arrivals the round considered.
+  int64_t wait_closed_or_close(int r, int64_t index);
+  // The closer's wait: closes round r as soon as it is complete (dynamic_closing.cc says when).
+  void close_when_ready(int r);
+  // The identities of round r-1's nodes in node-rank order (empty: unknown, or r is the first round).
+  std::vector<std::string> previous_members(int r);
+  // Whether the member of round r-1 with that rank is gone; `beats` remembers its heartbeats across calls.
+  bool member_gone(int r, int previous_rank, const std::string& identity,
+                   std::map<int, std::pair<int64_t, Clock::time_point>>& beats);
+  // Closes round r over its first `arrivals` arrivals unless another node did; the closer assigns ranks.
+  void close_round(int r, int64_t arrivals);
+  void assign_ranks(int r, int64_t arrivals);
   RendezvousTimeoutError too_few_nodes(int r, int64_t joined) const;
-  // This node's assignment in round r; nullopt when the closer vanished (round r is then stopped).
-  std::optional<RendezvousInfo> await_assignment(int r, int64_t index);
-  // This node came too late for round r, closed with `count` nodes: ends it, or waits as a spare until it
-  // ends.
+  // This node's assignment in round r; nullopt when the closer vanished (round r is then stopped) or this
+  // node was left out as a spare (it waited for the round to end: after_close).
+  std::optional<RendezvousInfo> await_assignment(int r, int64_t index, Clock::time_point deadline);
+  // This node came too late for round r, closed with `count` nodes, or was left out as a spare: ends the
+  // round when it has room, else waits as a spare until it ends.
   void after_close(int r, int count, Clock::time_point deadline);
   // For the store host: the local stop that says the job moved on without it, once the round's successors
   // say so (asks them unless it is known already; then every later call returns it).

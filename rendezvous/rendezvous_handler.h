@@ -35,6 +35,9 @@ struct RendezvousInfo {
   // true: an agent's store serves the workers there (TORCHELASTIC_USE_AGENT_STORE=True); false: the workers'
   // rank 0 hosts their TCPStore there, as under torchrun's etcd backends (a free port of node 0's host).
   bool agent_store = true;
+  // Members of the previous round that are not in this one (their identities; c10d backend only): lost, or
+  // too late. A restart their loss caused is given back (AgentLoop).
+  std::vector<std::string> dropped_nodes;
 
   // The global rank of this node's worker `local_rank`.
   int rank_of(int local_rank) const { return base_rank + local_rank; }
@@ -123,11 +126,11 @@ class RendezvousHandler {
     guard([&] { do_note_local_failure(); });
   }
   // Called when a local worker failed, after the local group was told to stop and before the failure is
-  // published: the node ranks of the round that look dead (a dead node's peers see its loss first as
-  // collective errors). Blocks about 1.5 heartbeat intervals (plus two reads of every node's counter). Empty
-  // when every node is alive or the backend has no liveness information. RendezvousStoreError.
-  std::vector<int> unresponsive_nodes() {
-    return guard([&] { return do_unresponsive_nodes(); });
+  // published: the node ranks of the round whose agents the backend knows gone (a dead node's peers see its
+  // loss first as collective errors). Reads what the store knows and never waits: a few store requests.
+  // Empty when every node looks alive or the backend has no liveness information. RendezvousStoreError.
+  std::vector<int> lost_nodes() {
+    return guard([&] { return do_lost_nodes(); });
   }
 
  protected:
@@ -139,7 +142,7 @@ class RendezvousHandler {
   virtual bool do_is_closed() = 0;
   virtual void do_shutdown() = 0;
   virtual void do_note_local_failure() {}
-  virtual std::vector<int> do_unresponsive_nodes() { return {}; }
+  virtual std::vector<int> do_lost_nodes() { return {}; }
   // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
   // Implementations that know their store's endpoint make sure the message names it.
   virtual RendezvousStoreError store_failure(const StoreError& e) const {

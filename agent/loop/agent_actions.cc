@@ -121,11 +121,11 @@ void AgentLoop::log(const Action& a) {
               "{}", a.text);
 }
 
-// Which nodes stopped heart-beating (none known when the store cannot say).
+// Which nodes the rendezvous knows gone (none known when the store cannot say); never waits.
 GroupEvent AgentLoop::probe_liveness() {
   GroupEvent probed{.kind = GroupEvent::Kind::kLivenessProbed};
   try {
-    probed.dead_nodes = rdzv_->unresponsive_nodes();
+    probed.dead_nodes = rdzv_->lost_nodes();
   } catch (const rdzv::RendezvousError& e) {
     spdlog::warn("cannot tell which nodes are alive: {}", e.what());
   }

@@ -82,6 +82,13 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
   const int nproc = static_cast<int>(config_.workers.size());
   const auto start = Clock::now();
   rdzv::RendezvousInfo round;
+  if (config_.prestart) {
+    // The workers of the round to come, as far as they are known before it: their standbys only need the
+    // interpreter and its environment (a release replaces the rest).
+    std::vector<WorkerLogPaths> no_paths(static_cast<size_t>(nproc));
+    for (int lr = 0; lr < nproc; ++lr) no_paths[static_cast<size_t>(lr)].local_rank = lr;
+    processes_->prestart_missing(worker_launches(config_, rdzv::RendezvousInfo{}, no_paths, rdzv_->run_id()));
+  }
   processes_->exit_on_signals(true);
   try {
     round = rdzv_->next_rendezvous(nproc);
@@ -93,6 +100,9 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
     throw StepFailed{kExitRendezvousFailed, e.what()};
   }
   job_events_.duration("RENDEZVOUS", start);
+  if (std::string given = give_back_restart(job_, round, config_.supervision); !given.empty()) {
+    spdlog::warn("{}", given);
+  }
   spdlog::info("round {}: node {}/{}, ranks {}..{} of {}, store {}:{}", round.round, round.group_rank,
                round.group_world_size, round.base_rank, round.rank_of(nproc - 1), round.world_size,
                round.store_host, round.store_port);

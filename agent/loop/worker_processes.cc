@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <csignal>
@@ -103,6 +104,23 @@ void WorkerProcesses::schedule_standbys(const WorkerGroup& group) {
         procs_->prestart(launch, interpreter_args, prestart_stub_);
       } catch (const std::exception& e) {
         spdlog::warn("{}; local_rank {} will start afresh after a restart", e.what(), launch.local_rank);
+      }
+    }
+  });
+}
+
+void WorkerProcesses::prestart_missing(const std::vector<WorkerLaunch>& launches) {
+  on_io(io_, [&] {
+    const std::vector<int> have = procs_->standbys();
+    for (const WorkerLaunch& launch : launches) {
+      const size_t interpreter_args =
+          config_.workers[static_cast<size_t>(launch.local_rank)].interpreter_args;
+      if (interpreter_args == 0 || std::find(have.begin(), have.end(), launch.local_rank) != have.end())
+        continue;
+      try {
+        procs_->prestart(launch, interpreter_args, prestart_stub_);
+      } catch (const std::exception& e) {
+        spdlog::warn("{}; local_rank {} will start afresh", e.what(), launch.local_rank);
       }
     }
   });

@@ -51,6 +51,10 @@ class WorkerProcesses {
   // (the workers started before it are in `group`). With --prestart, then schedules the standbys of the next
   // round, prestart_delay from now (a failure there only costs their speed-up).
   std::string spawn(WorkerGroup& group);
+  // --prestart: starts now, for every local rank without one, a standby modelled on `launches` (the workers
+  // of a round not known yet), so that the wait in the rendezvous — a spare's above all — imports torch
+  // meanwhile. Waits until they are spawned; a failure only costs their speed-up (logged).
+  void prestart_missing(const std::vector<WorkerLaunch>& launches);
   // ProcessContext::stop(sig, grace), then an Event kGroupStopped. Returns at once.
   void stop(int sig, std::chrono::milliseconds grace);
   // SIGKILLs every running worker now (a stop is under way). Returns at once.

@@ -96,6 +96,25 @@ bool KeyValueState::remove(const std::string& key) {
   return true;
 }
 
+bool KeyValueState::connection_bound(std::string_view key) {
+  return key.starts_with(kAgentNamespace) && key.find("/live/") != std::string_view::npos;
+}
+
+void KeyValueState::bind_to_owner(const std::string& key, uint64_t owner) {
+  key_owner_[key] = owner;
+}
+
+void KeyValueState::release_owner(uint64_t owner) {
+  for (auto it = key_owner_.begin(); it != key_owner_.end();) {
+    if (it->second != owner) {
+      ++it;
+      continue;
+    }
+    remove(it->first);
+    it = key_owner_.erase(it);
+  }
+}
+
 void KeyValueState::append(const std::string& key, std::string_view value) {
   auto it = values_.find(key);
   if (it == values_.end()) {

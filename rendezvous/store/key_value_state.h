@@ -96,6 +96,17 @@ class KeyValueState {
   std::vector<std::string> list_keys(std::string_view prefix) const;
   size_t keyspaces() const { return keyspace_refs_.size(); }
 
+  // Connection-bound keys (etcd's leases, ZooKeeper's ephemeral nodes): an agent key with a "/live/" path
+  // component ("/ddprun/<run id>/live/<agent>") lives as long as the session that last SET it. The agents of
+  // a job keep one each, so that the others learn that an agent is gone as soon as its connection closes (a
+  // killed process), without waiting for missed heartbeats (docs/rendezvous.md, "Who is alive").
+  static bool connection_bound(std::string_view key);
+  // `owner` (a session's id) SET the connection-bound `key`: it is removed when that owner releases, unless
+  // another owner SET it since.
+  void bind_to_owner(const std::string& key, uint64_t owner);
+  // The owner's connection closed: removes the connection-bound keys it still owns.
+  void release_owner(uint64_t owner);
+
   size_t pending_waits() const { return waiters_.size(); }
   // Keys with at least one waiter entry (a cancelled wait leaves none behind).
   size_t waited_keys() const { return waiters_by_key_.size(); }
@@ -137,6 +148,7 @@ class KeyValueState {
   std::unordered_map<HandleId, Watcher> watchers_;
   std::unordered_map<std::string, std::set<HandleId>> watchers_by_key_;
   std::unordered_map<std::string, size_t> keyspace_refs_;  // prefix -> sessions bound to it
+  std::unordered_map<std::string, uint64_t> key_owner_;    // connection-bound key -> its owner
   HandleId next_id_ = 1;
   size_t stored_bytes_ = 0;
 };

@@ -13,6 +13,7 @@ StoreSession::StoreSession(KeyValueState& state, WireLimits limits, std::optiona
       out_(ledger, share_at) {}
 
 StoreSession::~StoreSession() {
+  state_.release_owner(owner_id());
   for (auto id : waits_) state_.cancel_wait(id);
   for (const auto& [key, id] : watches_) state_.unwatch(id);
   if (bound_) state_.unbind_keyspace(prefix_);
@@ -106,6 +107,7 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       w.u32(req.number);
       break;
     case Op::kSet:
+      if (KeyValueState::connection_bound(req.keys[0])) state_.bind_to_owner(req.keys[0], owner_id());
       state_.set(req.keys[0], std::move(req.values[0]));
       break;
     case Op::kCompareSet:

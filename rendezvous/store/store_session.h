@@ -13,6 +13,9 @@
 // keyspace (the whole store when no keyspace was ever named); agent keys ("/ddprun/...") first make it an
 // agent's session, whose view is the whole store for good (docs/wire-protocol.md, "Worker keyspaces").
 //
+// Connection-bound keys: an agent key with a "/live/" component that this session SET is removed when the
+// session ends (KeyValueState::connection_bound).
+//
 // Limits per session (WireLimits::max_pending_waits, max_watched_keys): pending WAITs and watched keys. A
 // client over one is broken: its request gets an error naming the limit and the session must be dropped
 // (torch clients keep one WAIT pending at a time and watch a handful of keys).
@@ -74,6 +77,8 @@ class StoreSession {
   // Rewrites the request's worker keys into the session's keyspace (binding it on first use).
   void scope(Request& req);
   void bind();
+  // This session as the owner of the connection-bound keys it SET (KeyValueState::connection_bound).
+  uint64_t owner_id() const { return reinterpret_cast<uintptr_t>(this); }
   std::string_view unscoped(const std::string& key) const;
   // GETNUMKEYS and LIST_KEYS: how many keys, and which, this session's view holds.
   int64_t count_view() const;

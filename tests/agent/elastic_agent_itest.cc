@@ -50,7 +50,7 @@ class VanishingStore {
 
 // A real rendezvous handler whose store vanishes just before the agent loop's call number `vanish_at`
 // (counted from 0 over next_rendezvous, stop_round, node_done, set_closed, is_closed, shutdown,
-// note_local_failure and unresponsive_nodes), or before the watcher's first wait when vanish_at is -1.
+// note_local_failure and lost_nodes), or before the watcher's first wait when vanish_at is -1.
 class VanishAtStep final : public ddprun::rdzv::RendezvousHandler {
  public:
   VanishAtStep(std::unique_ptr<RendezvousHandler> inner, VanishingStore& store, int vanish_at,
@@ -85,8 +85,8 @@ class VanishAtStep final : public ddprun::rdzv::RendezvousHandler {
   void do_note_local_failure() override {
     step("note_local_failure", [&] { inner_->note_local_failure(); });
   }
-  std::vector<int> do_unresponsive_nodes() override {
-    return step("unresponsive_nodes", [&] { return inner_->unresponsive_nodes(); });
+  std::vector<int> do_lost_nodes() override {
+    return step("lost_nodes", [&] { return inner_->lost_nodes(); });
   }
 
  private:
@@ -164,7 +164,7 @@ TEST_CASE("the store vanishing at each step of a failing job: every step ends wi
   const Outcome full = run_job({"--exit", "7"}, 1000);
   INFO(describe(full));
   REQUIRE(full.exit_code == 7);
-  const std::vector<std::string> round{"unresponsive_nodes", "stop_round", "note_local_failure"};
+  const std::vector<std::string> round{"lost_nodes", "stop_round", "note_local_failure"};
   std::vector<std::string> expected{"next_rendezvous"};
   expected.insert(expected.end(), round.begin(), round.end());
   expected.push_back("next_rendezvous");
@@ -177,7 +177,7 @@ TEST_CASE("the store vanishing at each step of a failing job: every step ends wi
     INFO("store vanished before " << step << " (step " << k << "): " << describe(o));
     int want = 7;  // after the last round's failure was published: the worker's own code
     if (step == "next_rendezvous") want = ddprun::agent::kExitRendezvousFailed;
-    if (step == "unresponsive_nodes" || step == "stop_round") want = ddprun::agent::kExitStoreFailed;
+    if (step == "lost_nodes" || step == "stop_round") want = ddprun::agent::kExitStoreFailed;
     if (step == "note_local_failure" && k < 5)
       want = ddprun::agent::kExitRendezvousFailed;  // restart fails to join
     CHECK(o.exit_code == want);

@@ -10,6 +10,7 @@
 #include "catch_compat.h"
 
 using namespace ddprun::agent;
+using ddprun::rdzv::RendezvousInfo;
 using ddprun::rdzv::RoundStop;
 using AK = Action::Kind;
 using EK = GroupEvent::Kind;
@@ -131,6 +132,26 @@ TEST_CASE("a failed worker: the group is stopped first, liveness probed after, t
   // The restart is counted where it is decided.
   CHECK(f.job.restarts_done == 1);
   CHECK(logs(a) == "restarting the worker group (1 of 2 restarts)\n");
+
+  SECTION("the next round lacks a node of this one: the restart was the echo of its loss and is given back") {
+    RendezvousInfo next{.round = 1, .dropped_nodes = {"h3:77"}};
+    CHECK(give_back_restart(f.job, next, f.p) ==
+          "round 1: node(s) h3:77 of the previous round did not come back; the restart is charged to their "
+          "loss, not counted (0 of 2 restarts used)");
+    CHECK(f.job.restarts_done == 0);
+    CHECK(give_back_restart(f.job, next, f.p).empty());  // once per restart
+  }
+  SECTION("every node is back: the restart stays counted") {
+    CHECK(give_back_restart(f.job, RendezvousInfo{.round = 1}, f.p).empty());
+    CHECK(f.job.restarts_done == 1);
+  }
+}
+
+TEST_CASE("a round after a membership change gives nothing back") {
+  JobState job{.restarts_done = 1};
+  SupervisionPolicy p{.max_restarts = 3};
+  CHECK(give_back_restart(job, RendezvousInfo{.round = 4, .dropped_nodes = {"h2:1"}}, p).empty());
+  CHECK(job.restarts_done == 1);
 }
 
 TEST_CASE("a failure that is the echo of a dead node re-forms without counting a restart") {
@@ -365,7 +386,7 @@ TEST_CASE("a finished group ignores what comes late") {
 TEST_CASE("make_worker_group resolves each local rank's launch for the round") {
   AgentConfig c;
   c.workers = {{.argv = {"a"}}, {.argv = {"b"}}};
-  ddprun::rdzv::RendezvousInfo info;
+  RendezvousInfo info;
   info.round = 1;
   info.base_rank = 4;
   info.world_size = 6;

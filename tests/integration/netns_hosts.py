@@ -147,13 +147,14 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
     def path(self, *parts):
         return os.path.join(self.tmp, *parts)
 
-    def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=()):
+    def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=(), agent_args=()):
         """ddp_train.py under ddprun on `host`; the endpoint is host 1's address unless given. `steps` bounds the
-        training; stop_training() ends it sooner, once the test has seen what it waits for."""
+        training; stop_training() ends it sooner, once the test has seen what it waits for. `extra` goes to the
+        script, `agent_args` to ddprun."""
         args = ["--nnodes", nnodes, "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", endpoint or f"{address(1)}:{port}", "--rdzv_id", self.run_id,
                 "--rdzv_conf", RDZV_CONF,
-                "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
+                "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"), *agent_args,
                 "--python", PYTHON, TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16",
                 "--log-every", "10", "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"),
                 "--out", self.path("out"), "--stop-file", self.path("stop"), *extra]

@@ -121,7 +121,8 @@ TEST_CASE_METHOD(
   CHECK(obs.get("ddprun/" + kRunId + "/round") == "0");
   // The round's workers get a keyspace of their own, opened before the round was published.
   CHECK(obs.get("ddprun/worker_keyspace") == kRunId + "/r0");
-  CHECK(obs.check({rkey(0, "full")}));  // arrival number MAX marks the round full
+  CHECK(obs.get(rkey(0, "members")) == "node-a|node-b|node-c");  // in rank order, for the next closer
+  CHECK(obs.get(rkey(0, "dropped")).empty());
 }
 
 TEST_CASE_METHOD(
@@ -160,7 +161,7 @@ TEST_CASE_METHOD(C10dStore,
     ranks.insert(i.group_rank);
   }
   CHECK(ranks == std::set<int>{0, 1, 2});
-  CHECK(obs.check({rkey(0, "full")}));
+  CHECK(obs.get(rkey(0, "closed")) == "3");
 }
 
 TEST_CASE_METHOD(
@@ -403,18 +404,19 @@ TEST_CASE_METHOD(
   auto a_watch = std::async(std::launch::async, watch, std::ref(*a.rdzv), std::cref(a_alive));
   auto b_watch = std::async(std::launch::async, watch, std::ref(*b.rdzv), std::cref(b_alive));
   REQUIRE(eventually([&] { return obs.add(rkey(0, "hb/1"), 0) >= 2; }));
-  CHECK(a.rdzv->unresponsive_nodes().empty());  // b heartbeats
+  CHECK(a.rdzv->lost_nodes().empty());  // b heartbeats
 
-  b_alive = false;  // node b dies: no more heartbeats
+  b_alive = false;  // node b freezes: no more heartbeats, its connection stays open
   REQUIRE(b_watch.wait_for(kLimit) == std::future_status::ready);
   CHECK_FALSE(b_watch.get());
-  CHECK(a.rdzv->unresponsive_nodes() == std::vector<int>{1});
+  CHECK(a.rdzv->lost_nodes().empty());  // a frozen agent's connection is open: only its heartbeats tell
   REQUIRE(a_watch.wait_for(kLimit) == std::future_status::ready);
   auto stop = a_watch.get();
   REQUIRE(stop);
   CHECK(stop->kind == RoundStop::Kind::kMembership);
   CHECK(stop->node_rank == 0);
   CHECK_THAT(stop->detail, Catch::StartsWith("node 1 stopped heartbeating"));
+  CHECK(obs.check({rkey(0, "lost/1")}));  // for the next round's closer: b is not waited for
 
   a.join(1);
   RendezvousInfo a1 = a.info();
@@ -422,6 +424,83 @@ TEST_CASE_METHOD(
   CHECK(a1.group_world_size == 1);
   CHECK(a1.group_rank == 0);
   CHECK(a1.world_size == 1);
+}
+
+// The closer of a restart round waits for nothing but the previous round's living nodes: with a last call far
+// beyond kLimit, every join here returns at once or the test fails.
+TEST_CASE_METHOD(
+    C10dStore,
+    "c10d rendezvous: a restart closes as soon as the previous round's living nodes are back; a node "
+    "whose agent is gone is not waited for, and its rank goes to a spare",
+    "[c10d][integration]") {
+  auto no_last_call = [&](const std::string& id, int min, int max) {
+    auto o = options(id, min, max);
+    o.last_call_timeout = 60s;
+    return o;
+  };
+  Node a(no_last_call("node-a", 2, 3));
+  Node b(no_last_call("node-b", 2, 3));
+  Node c(no_last_call("node-c", 2, 3));
+  join_in_order(a, 1, obs, 0);
+  join_in_order(b, 1, obs, 0);
+  join_in_order(c, 1, obs, 0);  // MAX joined: round 0 closes
+  const int rank_c = c.info().group_rank;
+  REQUIRE(a.info().group_world_size == 3);
+  REQUIRE(b.info().group_rank == 1);
+
+  SECTION("a restart: the round closes when all three are back, ranks unchanged") {
+    a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "rank 0 failed", 1});
+    join_in_order(c, 1, obs, 1);
+    join_in_order(a, 1, obs, 1);  // the closer (arrival MIN): waits for b, alive
+    CHECK_FALSE(a.ready(300ms));
+    join_in_order(b, 1, obs, 1);
+    for (Node* n : {&a, &b, &c}) REQUIRE(n->ready(5s));
+    RendezvousInfo ia = a.info(), ib = b.info(), ic = c.info();
+    CHECK(ia.round == 1);
+    CHECK(ia.group_world_size == 3);
+    CHECK(ia.group_rank == 0);
+    CHECK(ib.group_rank == 1);
+    CHECK(ic.group_rank == rank_c);
+    CHECK(ia.dropped_nodes.empty());
+  }
+  SECTION("c's agent dies: its live key goes with its connection, the survivors close without it") {
+    CHECK(obs.check({"ddprun/" + kRunId + "/live/node-c"}));
+    c.rdzv.reset();  // the agent's process ends: its connections close
+    REQUIRE(eventually([&] { return !obs.check({"ddprun/" + kRunId + "/live/node-c"}); }));
+    CHECK(a.rdzv->lost_nodes() == std::vector<int>{rank_c});
+    a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "gloo: connection reset by peer", 1});
+
+    SECTION("without a spare: 2 of MIN 2, at once") {
+      join_in_order(b, 1, obs, 1);
+      join_in_order(a, 1, obs, 1);
+      for (Node* n : {&a, &b}) REQUIRE(n->ready(5s));
+      RendezvousInfo ia = a.info(), ib = b.info();
+      CHECK(ia.group_world_size == 2);
+      CHECK(ia.group_rank == 0);
+      CHECK(ib.group_rank == 1);
+      CHECK(ia.dropped_nodes == std::vector<std::string>{"node-c"});
+    }
+    SECTION("a spare that arrives first takes c's rank; a second spare waits") {
+      Node s1(no_last_call("spare-1", 2, 3));
+      Node s2(no_last_call("spare-2", 2, 3));
+      join_in_order(s1, 1, obs, 1);
+      join_in_order(s2, 1, obs, 1);  // the closer: a and b are alive and not back yet
+      CHECK_FALSE(s2.ready(300ms));
+      join_in_order(a, 1, obs, 1);
+      join_in_order(b, 1, obs, 1);
+      for (Node* n : {&a, &b, &s1}) REQUIRE(n->ready(5s));
+      RendezvousInfo ia = a.info(), ib = b.info(), is1 = s1.info();
+      CHECK(ia.group_world_size == 3);
+      CHECK(ia.group_rank == 0);
+      CHECK(ib.group_rank == 1);
+      CHECK(is1.group_rank == rank_c);
+      CHECK(ia.dropped_nodes == std::vector<std::string>{"node-c"});
+      CHECK(obs.get(rkey(1, "assign/1")) == "spare");
+      CHECK_FALSE(s2.ready(300ms));  // waits for round 1 to end
+      a.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 0, "done", 0});
+      CHECK_THROWS_AS(s2.info(), RendezvousConflictError);  // the job finished while it waited
+    }
+  }
 }
 
 TEST_CASE_METHOD(

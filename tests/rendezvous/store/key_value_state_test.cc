@@ -50,6 +50,26 @@ TEST_CASE("set, get, check, remove, num_keys", "[key_value_state]") {
   CHECK(keys == std::vector<std::string>{"b"});
 }
 
+TEST_CASE("connection-bound keys go with the owner that last set them", "[key_value_state]") {
+  CHECK(KeyValueState::connection_bound("/ddprun/job/live/h1:42"));
+  CHECK_FALSE(KeyValueState::connection_bound("/ddprun/job/r0/closed"));
+  CHECK_FALSE(KeyValueState::connection_bound("/live/x"));  // a worker's key: never bound
+  KeyValueState s;
+  s.set("/ddprun/job/live/a", "1");
+  s.bind_to_owner("/ddprun/job/live/a", 1);
+  s.set("/ddprun/job/live/b", "1");
+  s.bind_to_owner("/ddprun/job/live/b", 2);
+  s.release_owner(1);
+  CHECK(s.get("/ddprun/job/live/a") == nullptr);
+  CHECK(s.get("/ddprun/job/live/b") != nullptr);
+  // Set again by a new owner (the agent reconnected) before the old connection's end is seen: it stays.
+  s.bind_to_owner("/ddprun/job/live/b", 3);
+  s.release_owner(2);
+  CHECK(s.get("/ddprun/job/live/b") != nullptr);
+  s.release_owner(3);
+  CHECK(s.num_keys() == 0);
+}
+
 TEST_CASE("compare_set follows TCPStore", "[key_value_state]") {
   KeyValueState s;
   SECTION("missing key, empty expected: stores desired and returns it") {

@@ -78,6 +78,19 @@ TEST_CASE("replies of the ops every dialect has", "[store_session]") {
   CHECK(c.async() == 0);
 }
 
+TEST_CASE("an agent's live key ends with its session; other keys stay", "[store_session]") {
+  KeyValueState state;
+  Client observer(state, Dialect::kModern);
+  {
+    Client agent(state, Dialect::kModern);
+    agent.call(req(Op::kSet, {"/ddprun/job/live/h1:7"}, {"1"}));
+    agent.call(req(Op::kSet, {"/ddprun/job/r0/node/0"}, {"h1:7|-1|2|"}));
+    CHECK(get_value(observer, "/ddprun/job/live/h1:7") == "1");
+  }  // the connection closed
+  CHECK(state.get("/ddprun/job/live/h1:7") == nullptr);
+  CHECK(get_value(observer, "/ddprun/job/r0/node/0") == "h1:7|-1|2|");
+}
+
 TEST_CASE("legacy WATCH_KEY acknowledges, then pushes changes made by another session", "[store_session]") {
   KeyValueState state;
   Client writer(state, Dialect::kLegacy);
