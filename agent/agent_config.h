@@ -47,6 +47,10 @@ struct SupervisionPolicy {
   // --hang_timeout: a group in which no local rank makes progress for this long is hung (its stacks are
   // captured, then it is stopped as a failure); 0 = off. agent/watchdog/progress_monitor.h defines progress.
   std::chrono::milliseconds hang_timeout{0};
+  // --max_no_progress_restarts: after this many failed attempts in a row that made no progress (the largest
+  // step a local rank wrote to its DDPRUN_PROGRESS_FILE did not pass the previous attempt's), the job stops
+  // with kExitNoProgress instead of restarting; 0 = off.
+  int max_no_progress_restarts = 0;
 
   // The job's exit code when signal `sig` ends it.
   int exit_code_of_signal(int sig) const;

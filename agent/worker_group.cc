@@ -1,5 +1,6 @@
 #include "agent/worker_group.h"
 
+#include <algorithm>
 #include <csignal>
 #include <utility>
 
@@ -114,13 +115,32 @@ void on_worker_exited(WorkerGroup& g, const JobState& job, const GroupEvent& e, 
     f.stacks = g.stack_summary;
   }
   g.failures.push_back(std::move(f));
+  g.steps = std::max(g.steps, e.steps);
   plan.error("worker local_rank " + std::to_string(w.local_rank) + " (rank " + std::to_string(w.rank) +
              ", pid " + std::to_string(w.pid) + ") failed: " + e.status.describe());
   plan.stop_workers(SIGTERM);
   plan.add(Action::Kind::kProbeLiveness);
 }
 
-void on_liveness_probed(WorkerGroup& g, const JobState& job, const GroupEvent& e, Plan& plan) {
+// With --max_no_progress_restarts: whether this failed attempt is the last of too many in a row that made no
+// progress; the job then stops everywhere with kExitNoProgress ("do not requeue") instead of restarting.
+bool stop_without_progress(WorkerGroup& g, const JobState& job, const SupervisionPolicy& p, Plan& plan) {
+  const int limit = p.max_no_progress_restarts;
+  if (limit <= 0) return false;
+  const int in_a_row = g.steps > job.previous_steps ? 0 : job.attempts_without_progress + 1;
+  if (in_a_row < limit) return false;
+  const std::string detail = std::to_string(in_a_row) +
+                             " failed attempt(s) in a row made no progress (step " + std::to_string(g.steps) +
+                             ", previous attempt " + std::to_string(job.previous_steps) +
+                             "; --max_no_progress_restarts " + std::to_string(limit) + ")";
+  plan.error(detail + ": stopping the job with exit code " + std::to_string(kExitNoProgress) +
+             " (do not requeue)");
+  plan.publish(RoundStop{RoundStop::Kind::kShutdown, node_of(g), detail, kExitNoProgress});
+  return true;
+}
+
+void on_liveness_probed(WorkerGroup& g, const JobState& job, const GroupEvent& e, const SupervisionPolicy& p,
+                        Plan& plan) {
   if (g.stop || g.failures.empty()) return;  // a peer's stop came first: nothing to publish
   if (!e.dead_nodes.empty()) {
     // The failure is the echo of a lost node (its peers see the loss as collective errors): re-form
@@ -132,6 +152,7 @@ void on_liveness_probed(WorkerGroup& g, const JobState& job, const GroupEvent& e
     plan.publish(RoundStop{RoundStop::Kind::kMembership, node_of(g), "node(s) " + which + " lost", 0});
     return;
   }
+  if (stop_without_progress(g, job, p, plan)) return;
   const WorkerFailure& first = g.failures.front();
   ExitStatus status{.exit_code = first.exit_code, .signal = first.signal};
   const std::string what = g.hung ? first.message : status.describe();
@@ -265,7 +286,8 @@ void on_stacks_captured(WorkerGroup& g, const JobState& job, const GroupEvent& e
   plan.add(Action::Kind::kProbeLiveness);
 }
 
-void on_group_stopped(WorkerGroup& g, JobState& job, const SupervisionPolicy& p, Plan& plan) {
+void on_group_stopped(WorkerGroup& g, JobState& job, const GroupEvent& e, const SupervisionPolicy& p,
+                      Plan& plan) {
   if (g.signal != 0) return plan.finish(Outcome::kExit, p.exit_code_of_signal(g.signal), false);
   if (!g.failures.empty()) plan.add(Action::Kind::kPrintSummary);
   if (g.spawn_failed) return plan.finish(Outcome::kExit, kExitSpawnFailed, false);
@@ -292,6 +314,11 @@ void on_group_stopped(WorkerGroup& g, JobState& job, const SupervisionPolicy& p,
   }
   if (code == 0) code = 1;
   if (s.node_rank == node_of(g)) plan.add(Action::Kind::kNoteLocalFailure);
+  if (p.max_no_progress_restarts > 0) {
+    const uint64_t steps = std::max(g.steps, e.steps);
+    job.attempts_without_progress = steps > job.previous_steps ? 0 : job.attempts_without_progress + 1;
+    job.previous_steps = steps;
+  }
   if (job.restarts_done >= p.max_restarts) return plan.finish(Outcome::kExit, code);
   ++job.restarts_done;
   job.restart_counted = true;
@@ -344,7 +371,7 @@ std::vector<Action> supervise(WorkerGroup& g, JobState& job, const GroupEvent& e
       on_signal(g, e, p, plan);
       break;
     case Kind::kGroupStopped:
-      on_group_stopped(g, job, p, plan);
+      on_group_stopped(g, job, e, p, plan);
       break;
     case Kind::kBarrierTimeout:
       if (!g.in_exit_barrier) break;
@@ -354,7 +381,7 @@ std::vector<Action> supervise(WorkerGroup& g, JobState& job, const GroupEvent& e
       plan.stop_workers(SIGTERM);
       break;
     case Kind::kLivenessProbed:
-      on_liveness_probed(g, job, e, plan);
+      on_liveness_probed(g, job, e, p, plan);
       break;
     case Kind::kStopPublished:
     case Kind::kPublishFailed:

@@ -87,6 +87,7 @@ struct WorkerGroup {
   bool hung = false;                 // --hang_timeout fired; the stacks are being captured
   std::map<int, std::string> notes;  // local rank -> why it is about to fail ("missed its deadline ...")
   std::string stack_summary;         // where the ranks were at the last capture, one group per line
+  uint64_t steps = 0;  // the largest step a local rank reported (--max_no_progress_restarts), when last read
 };
 
 // The job across its rounds, as supervise() sees it. The loop sets it up; only supervise() changes it.
@@ -94,6 +95,10 @@ struct JobState {
   std::string host;              // this node's host name, for failure messages
   int restarts_done = 0;         // failures restarted so far, counted against SupervisionPolicy::max_restarts
   bool restart_counted = false;  // the last round ended in a restart counted in restarts_done
+  // --max_no_progress_restarts: the largest step of the last failed attempt, and how many failed attempts in
+  // a row did not pass the one before.
+  uint64_t previous_steps = 0;
+  int attempts_without_progress = 0;
 };
 
 struct GroupEvent {
@@ -125,6 +130,9 @@ struct GroupEvent {
   std::string scope;
   std::map<int, Stack> stacks;
   double time = 0;  // kStacksCaptured: when (Unix seconds), for the failure it may record
+  // kWorkerExited (a failure) and kGroupStopped, with --max_no_progress_restarts: the largest step the local
+  // ranks wrote to their DDPRUN_PROGRESS_FILE (0: none), read by the loop.
+  uint64_t steps = 0;
 };
 
 struct Action {

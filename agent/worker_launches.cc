@@ -15,6 +15,7 @@ namespace {
 // What hang detection and torch's FileTimer give a worker (agent/agent_config.h).
 void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
   if (file_timer_enabled(config)) env["TORCHELASTIC_TIMER_FILE"] = timer_file(config, p.run_dir).string();
+  if (config.supervision.max_no_progress_restarts > 0) env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
   if (config.supervision.hang_timeout.count() > 0) {
     env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
     // torch's NCCL flight recorder (GPU jobs): record, dump on its own timeout into the rank's log directory,

@@ -53,6 +53,7 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.supervision.shutdown_grace = millis(c.shutdown_timeout);
   a.supervision.exit_barrier_timeout = millis(c.exit_barrier_timeout);
   a.supervision.hang_timeout = millis(c.hang_timeout);
+  a.supervision.max_no_progress_restarts = c.max_no_progress_restarts;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
       a.supervision.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;
@@ -70,7 +71,7 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.event_log_handler = c.event_log_handler;
   // What torch's events name: its rendezvous backend (standalone is c10d there) and the basename of its
   // entry point (sys.executable; the script with --no-python; its run_script_path function with --run-path).
-  a.rdzv_backend = c.rdzv_kind == RendezvousKind::kStatic  ? "static"
+  a.rdzv_backend = c.rdzv_kind == RendezvousKind::kStatic   ? "static"
                    : c.rdzv_kind == RendezvousKind::kEtcd   ? "etcd"
                    : c.rdzv_kind == RendezvousKind::kEtcdV2 ? "etcd-v2"
                                                             : "c10d";

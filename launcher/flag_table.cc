@@ -14,8 +14,8 @@ constexpr FlagSpec kFlags[] = {
     {K::kValue, "--nnodes", "NNODES", "Number of nodes, N or MIN:MAX", "1:1", false},
     {K::kValue, "--nproc_per_node,--nproc-per-node", "NPROC_PER_NODE",
      "Workers per node: int, cpu, gpu or auto", "1", false},
-    {K::kValue, "--rdzv_backend,--rdzv-backend", "RDZV_BACKEND", "Rendezvous backend: static, c10d, etcd or etcd-v2",
-     "static", false},
+    {K::kValue, "--rdzv_backend,--rdzv-backend", "RDZV_BACKEND",
+     "Rendezvous backend: static, c10d, etcd or etcd-v2", "static", false},
     {K::kValue, "--rdzv_endpoint,--rdzv-endpoint", "RDZV_ENDPOINT", "Rendezvous endpoint host[:port]", "",
      false},
     {K::kValue, "--rdzv_id,--rdzv-id", "RDZV_ID", "User-defined job id shared by all nodes", "none", false},
@@ -77,6 +77,10 @@ constexpr FlagSpec kFlags[] = {
      "ddprun (a failing worker's own code, 128+N for signal N, 2-6 and 75 for ddprun's own ends; "
      "docs/kubernetes.md) or torchrun (1 for every failure)",
      "ddprun", false},
+    {K::kValue, "--max_no_progress_restarts,--max-no-progress-restarts", "MAX_NO_PROGRESS_RESTARTS",
+     "Stop with exit code 7 (do not requeue) after this many failed attempts in a row whose ranks' step "
+     "counter ($DDPRUN_PROGRESS_FILE) did not pass the previous attempt's (0 = off)",
+     "0", false},
     {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
      "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
     {K::kSwitch, "--prestart", "PRESTART",
@@ -125,7 +129,8 @@ std::vector<std::vector<std::string>> flags_starting_with(std::string_view prefi
   auto consider = [&](std::string_view names) {
     std::vector<std::string> spellings;
     for (std::string& spelling : split(names, ',')) {
-      if (spelling.starts_with("--") && spelling.starts_with(prefix)) spellings.push_back(std::move(spelling));
+      if (spelling.starts_with("--") && spelling.starts_with(prefix))
+        spellings.push_back(std::move(spelling));
     }
     if (!spellings.empty()) out.push_back(std::move(spellings));
   };

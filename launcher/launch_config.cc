@@ -242,7 +242,8 @@ class Parser {
       c.rdzv_fallbacks.assign(endpoints.begin() + 1, endpoints.end());
     }
     if (c10d || etcd) c.rdzv_endpoint = endpoint_.value_or(rdzv::Endpoint{"localhost", default_port});
-    if (!elastic_kind(c.rdzv_kind) && c.min_nodes != c.max_nodes) {  // torchrun's static backend runs MAX nodes, silently
+    if (!elastic_kind(c.rdzv_kind) &&
+        c.min_nodes != c.max_nodes) {  // torchrun's static backend runs MAX nodes, silently
       warnings_.push_back("--nnodes=" + get("--nnodes").text + " with the static backend runs " +
                           std::to_string(c.max_nodes) +
                           " nodes, as torchrun does (a node range is elastic with --rdzv_backend=c10d)");
@@ -294,6 +295,7 @@ class Parser {
 
   void launch(LaunchConfig& c) {
     c.max_restarts = int_at_least(get("--max_restarts"), 0);
+    c.max_no_progress_restarts = int_at_least(get("--max_no_progress_restarts"), 0);
     c.monitor_interval = seconds(get("--monitor_interval"));
     c.start_method = one_of(get("--start_method"), {"spawn", "fork", "forkserver"});
     Given role = get("--role");

@@ -50,15 +50,17 @@ struct SlurmLaunch {
 // How the agents of a job meet (--rdzv_backend, --standalone). torchrun labels --standalone "c10d"; ddprun
 // runs it with the static handler: one node that hosts its own store on a free port of 127.0.0.1.
 // kEtcd: torch's etcd backend, its protocol on etcd (rendezvous/etcd/etcd_rendezvous.h); kEtcdV2: ddprun's
-// dynamic rendezvous with etcd as its store (torch's etcd-v2 name; the two launchers do not share such a job).
+// dynamic rendezvous with etcd as its store (torch's etcd-v2 name; the two launchers do not share such a
+// job).
 enum class RendezvousKind { kStatic, kC10d, kStandalone, kEtcd, kEtcdV2 };
 
 // The backends whose node count, node rank, ranks and workers' store are decided at the rendezvous.
 inline bool elastic_kind(RendezvousKind k) {
   return k == RendezvousKind::kC10d || k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2;
 }
-inline bool etcd_kind(RendezvousKind k) { return k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2; }
-
+inline bool etcd_kind(RendezvousKind k) {
+  return k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2;
+}
 
 // torchrun's --event-log-handler values: agent/watchdog/event_log.h.
 using EventLogHandler = agent::EventLogHandler;
@@ -68,15 +70,16 @@ using EventLogHandler = agent::EventLogHandler;
 inline constexpr const char* kStandaloneMasterAddr = "localhost";
 
 struct LaunchConfig {
-  int min_nodes = 1, max_nodes = 1;                    // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
-  int nproc_per_node = 1;                              // resolved number
-  std::string nproc_spec = "1";                        // as given: int|cpu|gpu|auto
+  int min_nodes = 1, max_nodes = 1;  // --nnodes N or MIN:MAX (MIN != MAX only with kC10d)
+  int nproc_per_node = 1;            // resolved number
+  std::string nproc_spec = "1";      // as given: int|cpu|gpu|auto
   RendezvousKind rdzv_kind = RendezvousKind::kStatic;
   // Where the agents meet, parsed once. kStatic: node 0's store, at --rdzv_endpoint when given (it must have
   // a port), else at --master_addr:--master_port. kC10d: the rendezvous store, --rdzv_endpoint with port
   // 29400 by default (none given: localhost:29400). kEtcd, kEtcdV2: the first etcd member, port 2379 by
-  // default (none given: localhost:2379), the others in rdzv_fallbacks. kStandalone: 127.0.0.1 port 0 (the store binds a free
-  // port). Under Slurm without a port given, the port is the first of SlurmLaunch::probe_ports.
+  // default (none given: localhost:2379), the others in rdzv_fallbacks. kStandalone: 127.0.0.1 port 0 (the
+  // store binds a free port). Under Slurm without a port given, the port is the first of
+  // SlurmLaunch::probe_ports.
   rdzv::Endpoint rdzv_endpoint{"127.0.0.1", 29500};
   // kC10d: the rest of a comma-separated --rdzv_endpoint, tried in order after rdzv_endpoint when it does not
   // serve the job (its host was lost and the job moved: rendezvous/store_failover.h).
@@ -116,12 +119,13 @@ struct LaunchConfig {
   // --exit_codes torchrun (ddprun extension): every failure exits 1, as torchrun's (usage errors stay 2);
   // default "ddprun": the codes of docs/cli.md.
   bool torchrun_exit_codes = false;
-  double hang_timeout = 0;            // seconds, 0 = off (flag --hang_timeout, ddprun extension)
+  double hang_timeout = 0;           // seconds, 0 = off (flag --hang_timeout, ddprun extension)
+  int max_no_progress_restarts = 0;  // 0 = off (flag --max_no_progress_restarts, ddprun extension)
   // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
   // (--store_memory_budget, ddprun extension; rendezvous/store/store_server.h's memory_budget).
   uint64_t store_memory_budget = uint64_t{256} << 20;
-  bool prestart = false;              // --prestart (ddprun extension): agent/process/prestart.h
-  double prestart_delay = 2;          // seconds (--prestart_delay, ddprun extension)
+  bool prestart = false;      // --prestart (ddprun extension): agent/process/prestart.h
+  double prestart_delay = 2;  // seconds (--prestart_delay, ddprun extension)
   // --python / env DDPRUN_PYTHON / env PYTHON_EXEC (as torchrun) (ddprun extension; torchrun uses
   // sys.executable)
   std::string python = "python3";

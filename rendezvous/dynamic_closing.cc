@@ -154,7 +154,9 @@ void DynamicRendezvous::close_when_ready(int r) {
             "within the last call ({}); closing without them",
             run_id(), r, waiting_for, duration_text(options_.last_call_timeout));
       }
-      close_round(r, k);
+      // Every arrival up to now takes part or waits as a spare: one that came after `k` was read (it may
+      // have set r<r>/full) must not find the round closed without it.
+      close_round(r, store_->add(round_key(r, "joined"), 0));
       return;
     }
     // Wait for the next arrival; while a living member is awaited, look again every 100 ms (a member's agent

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "agent/loop/agent_loop.h"
 #include "agent/watchdog/failure_summary.h"
+#include "agent/watchdog/progress_monitor.h"
 #include "agent/watchdog/stack_capture.h"
 
 namespace ddprun::agent {
@@ -38,6 +40,15 @@ WorkerFailure failure_of(const Worker& w, const Event& e, const std::string& hos
   return f;
 }
 
+// The largest step any local rank wrote to its DDPRUN_PROGRESS_FILE (0: none wrote one).
+uint64_t local_steps(const WorkerGroup& group) {
+  uint64_t steps = 0;
+  for (const Worker& w : group.workers) {
+    if (auto beat = read_heartbeat(w.paths.progress_file)) steps = std::max(steps, beat->first);
+  }
+  return steps;
+}
+
 }  // namespace
 
 // nullopt for a watcher's report about an earlier round (it may arrive after that round ended).
@@ -48,11 +59,15 @@ std::optional<GroupEvent> AgentLoop::translate(const WorkerGroup& group, const E
       GroupEvent g{.kind = K::kWorkerExited, .local_rank = e.local_rank, .status = e.status};
       if (!e.status.success()) {
         g.failure = failure_of(group.workers.at(static_cast<size_t>(e.local_rank)), e, job_.host);
+        if (config_.supervision.max_no_progress_restarts > 0) g.steps = local_steps(group);
       }
       return g;
     }
-    case Event::Kind::kGroupStopped:
-      return GroupEvent{.kind = K::kGroupStopped};
+    case Event::Kind::kGroupStopped: {
+      GroupEvent g{.kind = K::kGroupStopped};
+      if (config_.supervision.max_no_progress_restarts > 0) g.steps = local_steps(group);
+      return g;
+    }
     case Event::Kind::kSignal:
       return GroupEvent{.kind = K::kSignal, .signal = e.signal};
     case Event::Kind::kRoundStopped:

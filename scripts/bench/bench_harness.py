@@ -263,6 +263,22 @@ def machine_line(load_before, load_after):
             f"{' '.join(load_before)}, after {' '.join(load_after)}")
 
 
+# ---- network-namespace hosts (scripts/test-cluster.sh: ddprun-h1..h4) -------------------------------------------
+def netns_host_pids(host):
+    """The processes running in host's network namespace."""
+    out = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def kill_netns_host(host):
+    """SIGKILLs every process of host's network namespace."""
+    for pid in netns_host_pids(host):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 # ---- ddprun-store -------------------------------------------------------------------------------------------
 def start_ddprun_store(path, log_level, stderr=None):
     """Starts ddprun-store (path) on a free loopback port; returns (process, port) once it accepts connections

@@ -23,14 +23,14 @@ Exit codes: 0 done (runs that did not recover show in the table), 1 the hosts ca
 import argparse
 import fcntl
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench_harness import add_job_args, chosen_configs, parse_stamps, write_json
+from bench_harness import (add_job_args, chosen_configs, kill_netns_host, netns_host_pids, parse_stamps,
+                           write_json)
 
 CONFIGS = {"ddprun-1.13": ("ddprun", "1.13"), "ddprun-2.6": ("ddprun", "2.6"),
            "torchrun-1.13": ("torchrun 1.13", "1.13"), "torchrun-2.6": ("torchrun 2.6", "2.6")}
@@ -48,19 +48,6 @@ def set_host_names(present):
         kept += [f"10.99.0.{h} ddprun-h{h} {HOSTS_MARK}" for h in range(1, HOSTS + 1)]
     with open("/etc/hosts", "w") as f:
         f.write("\n".join(kept) + "\n")
-
-
-def host_pids(host):
-    out = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def kill_host(host):
-    for pid in host_pids(host):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def wait_for(predicate, timeout):
@@ -108,7 +95,7 @@ def one_run(args, name, port):
             return result
         time.sleep(1)
         killed_at = time.time_ns()
-        kill_host(1)
+        kill_netns_host(1)
 
         def after(event):
             return [ns for (e, _), ranks in parse_stamps(stamps).items() if e == event
@@ -131,13 +118,13 @@ def one_run(args, name, port):
         return result
     finally:
         for host in range(1, HOSTS + 1):
-            kill_host(host)
+            kill_netns_host(host)
         for a in agents.values():
             try:
                 a.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 a.kill()
-        wait_for(lambda: not any(host_pids(h) for h in range(1, HOSTS + 1)), 30)
+        wait_for(lambda: not any(netns_host_pids(h) for h in range(1, HOSTS + 1)), 30)
         result["logs"] = tmp
 
 

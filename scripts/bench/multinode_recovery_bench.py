@@ -23,7 +23,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import load_average, machine_line  # noqa: E402
+from bench_harness import kill_netns_host, load_average, machine_line  # noqa: E402
 
 NPROC = 2
 HOSTS = 3
@@ -40,21 +40,6 @@ CONFIGS = {
     "spare-ddprun-prestart-2.6": ("spare", "3", "ddprun-prestart", "2.6"),
     "spare-torchrun-2.6": ("spare", "3", "torchrun", "2.6"),
 }
-
-
-def host_pids(host):
-    out = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def kill_hosts(hosts):
-    for h in hosts:
-        for pid in host_pids(h):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def first_steps_after(stamp, t0):
@@ -149,7 +134,8 @@ def run_one(args, name, work, port):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 pass
-        kill_hosts(range(1, HOSTS + 2))
+        for h in range(1, HOSTS + 2):
+            kill_netns_host(h)
         for p in procs.values():
             if p.poll() is None:
                 p.kill()

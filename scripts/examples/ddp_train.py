@@ -12,7 +12,8 @@ the training early, at the same step on every rank, once FILE exists (a test tha
 need not wait for --steps); --stamp FILE
 appends timestamped lines (script start, first completed step of each attempt, crash) for
 scripts/bench-recovery.sh; --hang-rank/--hang-step/--hang-attempt make one rank stop in
-stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs.
+stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs. Under ddprun with
+--hang_timeout or --max_no_progress_restarts, every rank writes its global step to $DDPRUN_PROGRESS_FILE.
 """
 import argparse
 import datetime
@@ -32,6 +33,19 @@ def stamp(path, event, attempt, rank):
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+class ProgressFile:
+    """The step, as ddprun reads it: one line '<step> <step seconds>' overwritten in place in $DDPRUN_PROGRESS_FILE
+    (hang detection and --max_no_progress_restarts). Does nothing when the variable is not set."""
+
+    def __init__(self):
+        path = os.environ.get("DDPRUN_PROGRESS_FILE")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644) if path else None
+
+    def step(self, step, seconds):
+        if self.fd is not None:
+            os.pwrite(self.fd, f"{step:20d} {seconds:18.6f}\n".encode(), 0)
 
 
 def stuck_in_data_loading():
@@ -120,6 +134,8 @@ def main():
     data_gen = torch.Generator().manual_seed(1000 + rank)
     t0 = time.time()
     loss = torch.tensor(0.0)
+    progress = ProgressFile()
+    last = time.monotonic()
     for step in range(start, args.steps):
         if rank == args.hang_rank and step == args.hang_step and attempt == args.hang_attempt:
             print(f"rank {rank}: hanging at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
@@ -131,6 +147,9 @@ def main():
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
+        now = time.monotonic()
+        progress.step(step + 1, now - last)  # the global step: resumed attempts continue the count
+        last = now
         if step == start:
             stamp(args.stamp, "first-step", attempt, rank)
         if rank == args.fail_rank and step == args.fail_step and attempt < args.fail_until_attempt:

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "agent/worker_launches.h"  // make_worker_group
@@ -145,6 +146,63 @@ TEST_CASE("a failed worker: the group is stopped first, liveness probed after, t
     CHECK(give_back_restart(f.job, RendezvousInfo{.round = 1}, f.p).empty());
     CHECK(f.job.restarts_done == 1);
   }
+}
+
+// One failed attempt: local rank 1 fails after `steps` steps, the probe finds every node alive; the stop that
+// was published (not yet reported back), and after the group stopped, the round's end.
+std::pair<RoundStop, Action> fail_attempt(Fixture& f, uint64_t steps) {
+  f.g = Fixture().g;
+  GroupEvent failed{.kind = EK::kWorkerExited, .local_rank = 1, .status = ExitStatus{.exit_code = 3}};
+  failed.failure = WorkerFailure{.host = f.job.host, .rank = 3, .local_rank = 1, .exit_code = 3};
+  failed.steps = steps;
+  f.on(failed);
+  auto published = f.on(GroupEvent{.kind = EK::kLivenessProbed});
+  const RoundStop stop = find(published, AK::kPublishStop).stop;
+  f.on(GroupEvent{.kind = EK::kStopPublished, .stop = stop});
+  f.exited(0, ExitStatus{.signal = SIGTERM});
+  GroupEvent stopped{.kind = EK::kGroupStopped};
+  stopped.steps = steps;
+  return {stop, f.on(stopped).back()};
+}
+
+TEST_CASE(
+    "--max_no_progress_restarts: attempts that do not pass the previous one's step stop the job with 7") {
+  Fixture f;
+  f.p.max_restarts = 10;
+  f.p.max_no_progress_restarts = 2;
+  auto [stop, end] = fail_attempt(f, 16);  // progress: step 16 passed 0
+  CHECK(stop.kind == RoundStop::Kind::kFailed);
+  CHECK(end.outcome == Outcome::kRestart);
+  CHECK(f.job.attempts_without_progress == 0);
+  std::tie(stop, end) = fail_attempt(f, 16);  // resumed from a checkpoint, crashed at the same step
+  CHECK(stop.kind == RoundStop::Kind::kFailed);
+  CHECK(f.job.attempts_without_progress == 1);
+  SECTION("a third attempt at the same step: the job stops everywhere with kExitNoProgress") {
+    std::tie(stop, end) = fail_attempt(f, 16);
+    CHECK(stop.kind == RoundStop::Kind::kShutdown);
+    CHECK(stop.exit_code == kExitNoProgress);
+    CHECK(stop.detail ==
+          "2 failed attempt(s) in a row made no progress (step 16, previous attempt 16; "
+          "--max_no_progress_restarts 2)");
+    CHECK(end.outcome == Outcome::kExit);
+    CHECK(end.exit_code == kExitNoProgress);
+    CHECK(f.job.restarts_done == 2);  // restarts were left
+  }
+  SECTION("an attempt that gets further resets the count") {
+    std::tie(stop, end) = fail_attempt(f, 25);
+    CHECK(stop.kind == RoundStop::Kind::kFailed);
+    CHECK(f.job.attempts_without_progress == 0);
+    CHECK(end.outcome == Outcome::kRestart);
+  }
+}
+
+TEST_CASE("without --max_no_progress_restarts a loop restarts until --max_restarts") {
+  Fixture f;
+  for (int i = 0; i < 2; ++i) CHECK(fail_attempt(f, 16).second.outcome == Outcome::kRestart);
+  auto [stop, end] = fail_attempt(f, 16);
+  CHECK(stop.kind == RoundStop::Kind::kFailed);
+  CHECK(end.outcome == Outcome::kExit);
+  CHECK(end.exit_code == 3);
 }
 
 TEST_CASE("a round after a membership change gives nothing back") {

@@ -7,7 +7,10 @@ agent runs with --prestart. Cases:
     the spare takes its node rank in the next round, the survivors keep theirs, the world stays 6 ranks, and no
     restart is counted against --max_restarts (a lost node is not the job's failure);
   - the same with host 2 frozen (SIGSTOP of its agent and workers): the survivors' heartbeats find it, the spare
-    takes its place.
+    takes its place;
+  - a crash loop (rank 3 crashes at the same step after every resume) under --max_no_progress_restarts 2: the
+    first attempt made progress, the next two did not, and every agent exits 7 (do not requeue) with restarts
+    left.
 No timing is asserted (scripts/bench-multinode-recovery.sh measures it).
 """
 import os
@@ -112,6 +115,22 @@ class MultiNodeRecovery(HostsTestCase):
                     pass
         self.assertTrue(any(f"node {lost_rank} stopped heartbeating" in a.log() for a in (agents[0], agents[2])),
                         self.describe_all())
+
+
+    def test_a_restart_loop_without_progress_stops_with_exit_7(self):
+        crash_loop = ("--fail-rank", "3", "--fail-step", "15", "--fail-until-attempt", "100")
+        agents = [self.start_training(h, 29415, steps=2000, nnodes="3", extra=crash_loop,
+                                      agent_args=("--prestart", "--max_no_progress_restarts", "2"))
+                  for h in (1, 2, 3)]
+        for agent in agents:
+            rc = agent.wait(240)
+            self.assertEqual(rc, 7, f"host {agent.host}\n{self.describe_all()}")
+        for agent in agents:
+            # Attempt 0 reached step 16 (progress), attempts 1 and 2 resumed from step 10 and crashed at 16 again.
+            self.assertEqual(len(rounds(agent)), 3, agent.describe())
+            self.assertNotIn("restarting the worker group (3 of 3", agent.log(), agent.describe())
+        self.assertTrue(any("2 failed attempt(s) in a row made no progress (step 16, previous attempt 16" in a.log()
+                            for a in agents), self.describe_all())
 
 
 if __name__ == "__main__":

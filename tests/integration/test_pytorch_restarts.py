@@ -67,8 +67,9 @@ class PyTorchRestarts(IntegrationTestCase):
         self.check(agents, out, world=2, restarts=RESTARTS_TWO_NODES)
 
     def test_prestart(self):
-        """--prestart: attempts 1 and 2 run in standbys started ahead (torch already imported), with the
-        attempt's argv, environment and log files; nothing is left behind at the end."""
+        """--prestart: every attempt runs in a standby started ahead (torch already imported) — the first in one
+        started while the agent waited in the rendezvous, attempts 1 and 2 in ones started during the attempt
+        before — with the attempt's argv, environment and log files; nothing is left behind at the end."""
         out = self.path("out")
         os.makedirs(out)
         logs = self.path("logs")
@@ -83,7 +84,7 @@ class PyTorchRestarts(IntegrationTestCase):
             records[(r["attempt"], r["rank"])] = r
         self.assertEqual(sorted(records), [(a, r) for a in range(3) for r in range(2)], agent.describe())
         for (attempt, rank), r in records.items():
-            self.assertEqual(r["preloaded"], attempt > 0, (attempt, rank))
+            self.assertTrue(r["preloaded"], (attempt, rank))
             self.assertEqual(r["argv"], [PRESTART_WORKER, out, "2"])
             self.assertEqual((r["name"], r["path0"]), ("__main__", os.path.dirname(PRESTART_WORKER)))
             self.assertEqual((r["world"], r["env_rank"], r["grad_ok"]), (2, str(rank), True))

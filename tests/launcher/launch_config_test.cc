@@ -63,6 +63,7 @@ std::vector<ValueFlag> value_flags() {
       {{"--rdzv_conf", "--rdzv-conf"}, "PET_RDZV_CONF", {}, "join_timeout=060, is_host=Yes,read_timeout=5", conf,
        "is_host=true;join_timeout=60;read_timeout=5;"},
       {{"--max_restarts", "--max-restarts"}, "PET_MAX_RESTARTS", {}, "3", [=](C c) { return num(c.max_restarts); }, "3"},
+      {{"--max_no_progress_restarts", "--max-no-progress-restarts"}, "PET_MAX_NO_PROGRESS_RESTARTS", {}, "2", [=](C c) { return num(c.max_no_progress_restarts); }, "2"},
       {{"--monitor_interval", "--monitor-interval"}, "PET_MONITOR_INTERVAL", {}, "5",
        [=](C c) { return num(c.monitor_interval); }, "5.000000"},
       {{"--start_method", "--start-method"}, "PET_START_METHOD", {}, "fork", [](C c) { return c.start_method; }, "fork"},

@@ -505,6 +505,41 @@ TEST_CASE_METHOD(
 
 TEST_CASE_METHOD(
     C10dStore,
+    "c10d rendezvous: with MIN = MAX a flapping node sits out while a spare takes its place, then "
+    "waits as a spare itself",
+    "[c10d][integration]") {
+  Node a(options("node-a", 2, 2));
+  Node b(options("node-b", 2, 2));
+  join_in_order(a, 1, obs, 0);
+  join_in_order(b, 1, obs, 0);
+  REQUIRE(a.info().group_rank == 0);
+  REQUIRE(b.info().group_rank == 1);
+  Node spare(options("spare", 2, 2));
+  join_in_order(spare, 1, obs, 0);  // round 0 is full: it waits
+  CHECK_FALSE(spare.ready(200ms));
+
+  a.rdzv->note_local_failure();  // a's workers caused two failures
+  a.rdzv->note_local_failure();
+  a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "rank 0 failed", 1});
+  a.join(1);  // sits out for cooldown_base (300 ms): a spare can take its place
+  REQUIRE(eventually([&] { return obs.check({rkey(0, "lost/0")}); }));
+  join_in_order(b, 1, obs, 1);
+  REQUIRE(spare.ready(5s));
+  REQUIRE(b.ready(5s));
+  RendezvousInfo is = spare.info(), ib = b.info();
+  CHECK(is.round == 1);
+  CHECK(is.group_rank == 0);  // a's rank
+  CHECK(ib.group_rank == 1);
+  CHECK(ib.dropped_nodes == std::vector<std::string>{"node-a"});
+  // After its cooldown a finds round 1 full and waits as a spare; the job ends meanwhile.
+  REQUIRE(eventually([&] { return obs.add(rkey(1, "joined"), 0) == 3; }));
+  CHECK_FALSE(a.ready(200ms));
+  b.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 1, "done", 0});
+  CHECK_THROWS_AS(a.info(), RendezvousConflictError);
+}
+
+TEST_CASE_METHOD(
+    C10dStore,
     "c10d rendezvous: once every node is done the round stops as done, a closed rendezvous turns late agents "
     "away",
     "[c10d][integration]") {
