@@ -166,7 +166,8 @@ std::pair<RoundStop, Action> fail_attempt(Fixture& f, uint64_t steps) {
 }
 
 TEST_CASE(
-    "--max_no_progress_restarts: attempts that do not pass the previous one's step stop the job with 7") {
+    "no progress (--max_no_progress_restarts): attempts that do not pass the previous one's step stop the "
+    "job with 7") {
   Fixture f;
   f.p.max_restarts = 10;
   f.p.max_no_progress_restarts = 2;
