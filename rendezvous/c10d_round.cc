@@ -74,6 +74,24 @@ std::optional<RankAssignment> decode_rank_assignment(std::string_view text, Unre
                         .successors = std::move(*successors)};
 }
 
+std::string encode_identities(const std::vector<std::string>& identities) {
+  std::string out;
+  for (const auto& id : identities) out += (out.empty() ? "" : "|") + id;
+  return out;
+}
+
+std::vector<std::string> decode_identities(std::string_view text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  for (size_t start = 0;;) {
+    const size_t bar = text.find('|', start);
+    out.emplace_back(
+        text.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start));
+    if (bar == std::string_view::npos) return out;
+    start = bar + 1;
+  }
+}
+
 std::vector<int> order_nodes(const std::vector<std::string>& identities, const std::vector<int>& previous) {
   const size_t n = identities.size();
   std::vector<size_t> idx(n);

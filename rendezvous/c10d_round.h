@@ -56,6 +56,10 @@ struct RankAssignment {
 std::string encode(const RankAssignment& a);
 std::optional<RankAssignment> decode_rank_assignment(std::string_view text, UnreadableField& why);
 
+// r<r>/members and r<r>/dropped: identities joined by '|' ("" for none).
+std::string encode_identities(const std::vector<std::string>& identities);
+std::vector<std::string> decode_identities(std::string_view text);
+
 // Ranks for one round: `previous[i]` is node i's rank in the previous round or -1. A member of the previous
 // round keeps its rank when that is below the round's node count (two claiming one rank: the first by
 // identity keeps it), so that survivors keep their global ranks; the ranks left over go, in order, to the

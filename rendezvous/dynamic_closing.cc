@@ -37,23 +37,6 @@ namespace {
 
 constexpr char kSpare[] = "spare";
 
-std::vector<std::string> split_identities(const std::string& text) {
-  std::vector<std::string> out;
-  if (text.empty()) return out;
-  for (size_t start = 0;;) {
-    size_t bar = text.find('|', start);
-    out.push_back(text.substr(start, bar - start));
-    if (bar == std::string::npos) return out;
-    start = bar + 1;
-  }
-}
-
-std::string join_identities(const std::vector<std::string>& ids) {
-  std::string out;
-  for (const auto& id : ids) out += (out.empty() ? "" : "|") + id;
-  return out;
-}
-
 }  // namespace
 
 void DynamicRendezvous::announce_alive() {
@@ -106,63 +89,91 @@ int64_t DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
 
 std::vector<std::string> DynamicRendezvous::previous_members(int r) {
   if (r == 0 || !store_->check({round_key(r - 1, "members")})) return {};
-  return split_identities(store_->get(round_key(r - 1, "members")));
+  return decode_identities(store_->get(round_key(r - 1, "members")));
 }
 
-bool DynamicRendezvous::member_gone(int r, int previous_rank, const std::string& identity,
-                                    std::map<int, std::pair<int64_t, Clock::time_point>>& beats) {
-  const std::string rank = std::to_string(previous_rank);
-  if (store_->check({round_key(r - 1, "lost/" + rank)})) return true;
-  // After a failover the new store holds no live keys yet: only the heartbeats can tell.
-  if (!external() && expected_nodes_ == 0 && !store_->check({key("live/" + identity)})) return true;
-  const int64_t n = store_->add(round_key(r - 1, "hb/" + rank), 0);
+void DynamicRendezvous::drop_gone(int r, std::map<std::string, int>& missing, LivenessWatch& watch) {
+  if (missing.empty()) return;
   const auto now = Clock::now();
-  auto [it, fresh] = beats.try_emplace(previous_rank, n, now);
-  if (fresh || it->second.first != n) {
-    it->second = {n, now};
-    return false;
+  std::vector<std::string> gone;
+  // Connection-bound keys (own store; after a failover the new store holds none yet): one CHECK while
+  // every missing member is there, one per member otherwise.
+  if (!external() && expected_nodes_ == 0) {
+    std::vector<std::string> live;
+    for (const auto& [id, rank] : missing) live.push_back(key("live/" + id));
+    if (!store_->check(live)) {
+      for (const auto& [id, rank] : missing) {
+        if (!store_->check({key("live/" + id)})) gone.push_back(id);
+      }
+    }
   }
-  return now - it->second.second > heartbeat_timeout();
+  // Marks and heartbeats: a request per member, so every poll only on an external store (no live keys,
+  // small jobs), else once per heartbeat interval (a host gone without closing its connections).
+  if (external() || expected_nodes_ > 0 || now >= watch.next_heartbeat_check) {
+    watch.next_heartbeat_check = now + options_.keep_alive_interval;
+    for (const auto& [id, rank] : missing) {
+      const std::string rk = std::to_string(rank);
+      if (store_->check({round_key(r - 1, "lost/" + rk)})) {
+        gone.push_back(id);
+        continue;
+      }
+      const int64_t n = store_->add(round_key(r - 1, "hb/" + rk), 0);
+      auto [it, fresh] = watch.beats.try_emplace(rank, n, now);
+      if (fresh || it->second.first != n) {
+        it->second = {n, now};
+      } else if (now - it->second.second > heartbeat_timeout()) {
+        gone.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : gone) missing.erase(id);
 }
 
 void DynamicRendezvous::close_when_ready(int r) {
   const int min = options_.min_nodes, max = options_.max_nodes;
-  const auto last_call_end = Clock::now() + options_.last_call_timeout;
   const std::vector<std::string> members = previous_members(r);
-  if (members.empty() && max > min) {
-    spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {}",
-                 run_id(), r, min, min, max - min, duration_text(options_.last_call_timeout));
+  if (members.empty()) {  // the first round, or nothing known of the previous one: torchrun's last call
+    if (max > min) {
+      spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {}",
+                   run_id(), r, min, min, max - min, duration_text(options_.last_call_timeout));
+      try {
+        store_->wait({round_key(r, "full")}, options_.last_call_timeout);
+      } catch (const WaitTimeoutError&) {  // the last call is over
+      }
+    }
+    close_round(r, store_->add(round_key(r, "joined"), 0));
+    return;
   }
-  std::map<int, std::pair<int64_t, Clock::time_point>> beats;  // a missing member's heartbeats, when seen
+  // A restart or a re-form: the round is complete once every living member of the previous one is back.
+  const auto last_call_end = Clock::now() + options_.last_call_timeout;
+  std::map<std::string, int> missing;  // identity -> rank in the previous round
+  for (size_t m = 0; m < members.size(); ++m) missing.emplace(members[m], static_cast<int>(m));
+  LivenessWatch watch;
+  int64_t seen = 0;  // arrivals whose descriptors were read
   while (true) {
     const int64_t k = store_->add(round_key(r, "joined"), 0);
-    std::vector<std::string> node_keys;
-    for (int64_t i = 0; i < k; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
-    std::vector<std::string> joined;
-    for (const auto& d : store_->multi_get(node_keys)) joined.push_back(identity_of(d));
-    int waiting_for = 0;  // living members of the previous round that have not joined
-    for (size_t m = 0; m < members.size(); ++m) {
-      if (std::find(joined.begin(), joined.end(), members[m]) != joined.end()) continue;
-      if (!member_gone(r, static_cast<int>(m), members[m], beats)) ++waiting_for;
+    if (k > seen) {
+      std::vector<std::string> node_keys;
+      for (int64_t i = seen; i < k; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
+      for (const auto& d : store_->multi_get(node_keys)) missing.erase(identity_of(d));
+      seen = k;
     }
+    drop_gone(r, missing, watch);
     const bool after_failover = expected_nodes_ > 0 && store_->check({round_key(r, "full")});
-    const bool complete = waiting_for == 0 && (k >= max || !members.empty());
-    if (complete || after_failover || Clock::now() >= last_call_end) {
-      if (waiting_for > 0) {
+    if (missing.empty() || after_failover || Clock::now() >= last_call_end) {
+      if (!missing.empty() && !after_failover) {
         spdlog::warn(
             "rendezvous {} round {}: {} node(s) of the previous round still alive did not join "
             "within the last call ({}); closing without them",
-            run_id(), r, waiting_for, duration_text(options_.last_call_timeout));
+            run_id(), r, missing.size(), duration_text(options_.last_call_timeout));
       }
       // Every arrival up to now takes part or waits as a spare: one that came after `k` was read (it may
       // have set r<r>/full) must not find the round closed without it.
       close_round(r, store_->add(round_key(r, "joined"), 0));
       return;
     }
-    // Wait for the next arrival; while a living member is awaited, look again every 100 ms (a member's agent
-    // may die meanwhile, and only polling tells).
-    auto left = duration_cast<milliseconds>(last_call_end - Clock::now());
-    if (waiting_for > 0) left = std::min(left, milliseconds(100));
+    // The next arrival, or 100 ms: a member's agent may die meanwhile, and only a read tells.
+    const auto left = std::min(duration_cast<milliseconds>(last_call_end - Clock::now()), milliseconds(100));
     try {
       store_->wait({round_key(r, "node/" + std::to_string(k))}, std::max(left, milliseconds(1)));
     } catch (const WaitTimeoutError&) {
@@ -173,7 +184,7 @@ void DynamicRendezvous::close_when_ready(int r) {
 bool DynamicRendezvous::spare_waiting() {
   const int r = round_.load();
   if (r < 0 || external() || !store_->check({round_key(r, "members")})) return false;
-  const std::vector<std::string> members = split_identities(store_->get(round_key(r, "members")));
+  const std::vector<std::string> members = decode_identities(store_->get(round_key(r, "members")));
   const int64_t arrivals = store_->add(round_key(r, "joined"), 0);
   std::vector<std::string> node_keys;
   for (int64_t i = 0; i < arrivals; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
@@ -190,7 +201,7 @@ bool DynamicRendezvous::spare_waiting() {
 std::vector<int> DynamicRendezvous::do_lost_nodes() {
   const int r = round_.load();
   if (nodes_ <= 1 || external() || !store_->check({round_key(r, "members")})) return {};
-  const std::vector<std::string> members = split_identities(store_->get(round_key(r, "members")));
+  const std::vector<std::string> members = decode_identities(store_->get(round_key(r, "members")));
   std::vector<std::string> live;
   for (const auto& m : members) live.push_back(key("live/" + m));
   if (store_->check(live)) return {};  // one request when everyone is there
@@ -238,7 +249,7 @@ void DynamicRendezvous::assign_ranks(int r, int64_t arrivals) {
   }
   // Written before the assignments: a node that reads its assignment finds these.
   std::vector<std::string> keys{round_key(r, "members"), round_key(r, "dropped")};
-  std::vector<std::string> values{join_identities(by_rank), join_identities(dropped)};
+  std::vector<std::string> values{encode_identities(by_rank), encode_identities(dropped)};
   for (size_t i = 0, j = 0; i < all.size(); ++i) {
     keys.push_back(round_key(r, "assign/" + std::to_string(i)));
     const bool in = j < chosen.size() && chosen[j] == i;
@@ -252,7 +263,7 @@ void DynamicRendezvous::assign_ranks(int r, int64_t arrivals) {
       "rendezvous {} round {}: closed with {} nodes ({} workers){}{}", run_id(), r, nodes.size(),
       assignments.front().world_size,
       spares ? ", " + std::to_string(spares) + " spare(s) waiting" : std::string(),
-      dropped.empty() ? std::string() : "; not back from the previous round: " + join_identities(dropped));
+      dropped.empty() ? std::string() : "; not back from the previous round: " + encode_identities(dropped));
 }
 
 RendezvousTimeoutError DynamicRendezvous::too_few_nodes(int r, int64_t joined) const {
@@ -299,7 +310,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   info.world_size = assignment->world_size;
   info.store_host = store_at_.host;
   info.store_port = store_at_.port;
-  info.dropped_nodes = split_identities(store_->get(round_key(r, "dropped")));
+  info.dropped_nodes = decode_identities(store_->get(round_key(r, "dropped")));
   if (external()) share_workers_store(r, info);
   successors_ = std::move(assignment->successors.endpoints);
   without_standby_ = assignment->successors.without_standby;

@@ -85,10 +85,12 @@ void DynamicRendezvous::sit_out_if_failing() {
   if (failures < 2) return;
   // With MIN = MAX only a spare can take this node's place; without one, sitting out would stop the job.
   if (options_.min_nodes == options_.max_nodes && !spare_waiting()) return;
-  // The next round's closer must not wait for this node (it is alive, but sits out).
+  // The next round's closer must not wait for this node (it is alive, but sits out): join() announces it
+  // again afterwards.
   if (const int r = round_.load(); r >= 0 && rank_ >= 0) {
     store_->set(round_key(r, "lost/" + std::to_string(rank_)), "1");
   }
+  if (!external()) store_->delete_key(key("live/" + options_.identity));
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
   spdlog::warn(
@@ -121,8 +123,8 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
 
 RendezvousInfo DynamicRendezvous::join(int local_world_size) {
   if (do_is_closed()) throw closed_error();
-  announce_alive();
   sit_out_if_failing();
+  announce_alive();
   const auto deadline = Clock::now() + options_.join_timeout;
   int r = std::max(round_.load() + 1, current_round());
   for (bool first = true;; first = false, ++r) {
@@ -144,10 +146,9 @@ int64_t DynamicRendezvous::join_round(int r, int local_world_size) {
                                     .previous_rank = previous_rank_,
                                     .local_world_size = local_world_size,
                                     .standby = failover_.standby()}));
-  // After a failover, the round is complete once every node expected to survive joined.
-  if (expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_) {
-    store_->set(round_key(r, "full"), "1");
-  }
+  // MAX arrived (ends a first round's last call), or after a failover every node expected to survive.
+  const bool all_expected = expected_nodes_ >= options_.min_nodes && index + 1 == expected_nodes_;
+  if (index + 1 == options_.max_nodes || all_expected) store_->set(round_key(r, "full"), "1");
   return index;
 }
 
@@ -212,7 +213,14 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   const std::string detail =
       "node " + std::to_string(neighbour) + " stopped heartbeating for " + duration_text(silent);
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
-  watcher_->set(round_key(r, "lost/" + std::to_string(neighbour)), "1");  // the next round's closer reads it
+  // The next round's closer does not wait for it: a frozen agent's connection, and its live key, stay.
+  watcher_->set(round_key(r, "lost/" + std::to_string(neighbour)), "1");
+  if (!external() && watcher_->check({round_key(r, "members")})) {
+    const auto members = decode_identities(watcher_->get(round_key(r, "members")));
+    if (static_cast<size_t>(neighbour) < members.size()) {
+      watcher_->delete_key(key("live/" + members[static_cast<size_t>(neighbour)]));
+    }
+  }
   keys_.stop(*watcher_, r, RoundStop{RoundStop::Kind::kMembership, rank_, detail, 0});
   return std::nullopt;
 }

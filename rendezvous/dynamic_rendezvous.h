@@ -170,9 +170,14 @@ class DynamicRendezvous final : public RendezvousBase {
   void close_when_ready(int r);
   // The identities of round r-1's nodes in node-rank order (empty: unknown, or r is the first round).
   std::vector<std::string> previous_members(int r);
-  // Whether the member of round r-1 with that rank is gone; `beats` remembers its heartbeats across calls.
-  bool member_gone(int r, int previous_rank, const std::string& identity,
-                   std::map<int, std::pair<int64_t, Clock::time_point>>& beats);
+  // What the closer learned of the previous round's missing members' heartbeats.
+  struct LivenessWatch {
+    std::map<int, std::pair<int64_t, Clock::time_point>> beats;  // rank -> counter, when it last changed
+    Clock::time_point next_heartbeat_check{};
+  };
+  // Removes from `missing` (identity -> rank in round r-1) the members known gone: live key gone, marked
+  // lost, or heartbeat counter still for the heartbeat timeout.
+  void drop_gone(int r, std::map<std::string, int>& missing, LivenessWatch& watch);
   // Closes round r over its first `arrivals` arrivals unless another node did; the closer assigns ranks.
   void close_round(int r, int64_t arrivals);
   void assign_ranks(int r, int64_t arrivals);

@@ -71,6 +71,16 @@ TEST_CASE("order_nodes returns a permutation of 0..n-1 whatever the input", "[or
   }
 }
 
+TEST_CASE("encode_identities and decode_identities: '|'-joined, empty for none", "[c10d_round]") {
+  using V = std::vector<std::string>;
+  CHECK(encode_identities({}).empty());
+  CHECK(decode_identities("").empty());
+  CHECK(encode_identities({"h1:7", "h2:8"}) == "h1:7|h2:8");
+  CHECK(decode_identities("h1:7|h2:8") == V{"h1:7", "h2:8"});
+  CHECK(decode_identities("solo") == V{"solo"});
+  CHECK(decode_identities("a||b") == V{"a", "", "b"});
+}
+
 TEST_CASE("select_nodes: the previous round's members first, then the others by arrival, at most MAX",
           "[select_nodes]") {
   using V = std::vector<size_t>;
