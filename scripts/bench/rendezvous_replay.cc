@@ -12,14 +12,15 @@
 //
 // Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
 // for each reply before the next, as rendezvous/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
-// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], CHECK
+// for round 0, nobody failing, nobody late): CHECK closed, ADD failures/<identity> 0, SET live/<identity>, CHECK
 // round, CHECK closed, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node whose
-// arrival makes the count min [WAITs for r0/full when min < max] and closes: ADD joined 0, COMPARE_SET
-// closed, WAIT + MULTI_GET the descriptors, rdzv::assign_ranks (rendezvous/c10d_round.h), MULTI_SET the
-// assignments, SET round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT
-// assign/<i>, WAIT + GET assign/<i>. Descriptors carry a standby endpoint (each node as if on a host of its
+// arrival makes the count min [WAITs for r0/full when min < max] and closes (rendezvous/dynamic_closing.cc):
+// ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors, rdzv::assign_ranks
+// (rendezvous/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET round; every other node
+// WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET assign/<i>, GET
+// r0/dropped. Descriptors carry a standby endpoint (each node as if on a host of its
 // own) and assignments the round's successors, as with the store failover on. The store must count the same
-// requests per node as ddprun-rendezvous-sim does (11 for min = max): if they differ, dynamic_rendezvous.cc
+// requests per node as ddprun-rendezvous-sim does (14 for min = max): if they differ, dynamic_rendezvous.cc
 // changed and this replay must follow it. Only the main connection of each node is opened (the watcher
 // connection sends nothing during a round).
 //
@@ -277,7 +278,6 @@ Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> 
 }
 
 void Node::run() {
-  const bool elastic = round_.min < round_.nodes;
   char id[32];
   std::snprintf(id, sizeof id, "node-%05d", idx_);
   const std::string identity = id;
@@ -304,9 +304,10 @@ void Node::run() {
       });
     });
   };
-  call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, elastic, identity, join] {
-    if (!elastic) return join();
-    call(req(Op::kAdd, {kPrefix + "failures/" + identity}, {}, 0), Reply::kI64, join);
+  call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, identity, join] {
+    call(req(Op::kAdd, {kPrefix + "failures/" + identity}, {}, 0), Reply::kI64, [this, identity, join] {
+      call(req(Op::kSet, {kPrefix + "live/" + identity}, {"1"}), Reply::kNone, join);
+    });
   });
 }
 
@@ -326,10 +327,15 @@ void Node::close_round() {
                   rdzv::UnreadableField why;
                   descriptors.push_back(rdzv::decode_node_descriptor(d, why).value());
                 }
-                std::vector<std::string> keys, values;
-                for (const auto& a : rdzv::assign_ranks(descriptors)) {
-                  keys.push_back(rk("assign/" + std::to_string(keys.size())));
-                  values.push_back(rdzv::encode(a));
+                const std::vector<rdzv::RankAssignment> assignments = rdzv::assign_ranks(descriptors);
+                std::vector<std::string> by_rank(descriptors.size());
+                for (size_t i = 0; i < descriptors.size(); ++i)
+                  by_rank[static_cast<size_t>(assignments[i].node_rank)] = descriptors[i].identity;
+                std::vector<std::string> keys{rk("members"), rk("dropped")};
+                std::vector<std::string> values{rdzv::encode_identities(by_rank), ""};
+                for (size_t i = 0; i < assignments.size(); ++i) {
+                  keys.push_back(rk("assign/" + std::to_string(i)));
+                  values.push_back(rdzv::encode(assignments[i]));
                 }
                 call(req(Op::kMultiSet, keys, values), Reply::kNone, [this] {
                   call(req(Op::kSet, {kPrefix + "round"}, {"0"}), Reply::kNone, [this] { finish(); });
@@ -353,8 +359,10 @@ void Node::finish() {
         call(req(Op::kWait, {assign}), Reply::kU8, [this, assign] {
           call(req(Op::kGet, {assign}), Reply::kBytes, [this] {
             assignment = strs.at(0);
-            t1 = Clock::now();
-            if (++round_.returned == round_.nodes) round_.on_all_returned();
+            call(req(Op::kGet, {rk("dropped")}), Reply::kBytes, [this] {
+              t1 = Clock::now();
+              if (++round_.returned == round_.nodes) round_.on_all_returned();
+            });
           });
         });
       });
