@@ -310,7 +310,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   info.world_size = assignment->world_size;
   info.store_host = store_at_.host;
   info.store_port = store_at_.port;
-  info.dropped_nodes = decode_identities(store_->get(round_key(r, "dropped")));
+  if (r > 0) info.dropped_nodes = decode_identities(store_->get(round_key(r, "dropped")));
   if (external()) share_workers_store(r, info);
   successors_ = std::move(assignment->successors.endpoints);
   without_standby_ = assignment->successors.without_standby;

@@ -81,6 +81,8 @@ int DynamicRendezvous::current_round() {
 }
 
 void DynamicRendezvous::sit_out_if_failing() {
+  // With MIN = MAX a node that never ran a round has caused no failure (and a first round stays cheap).
+  if (options_.min_nodes == options_.max_nodes && round_.load() < 0) return;
   int64_t failures = store_->add(key("failures/" + options_.identity), 0);
   if (failures < 2) return;
   // With MIN = MAX only a spare can take this node's place; without one, sitting out would stop the job.

@@ -12,17 +12,17 @@
 //
 // Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
 // for each reply before the next, as rendezvous/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
-// for round 0, nobody failing, nobody late): CHECK closed, ADD failures/<identity> 0, SET live/<identity>, CHECK
-// round, CHECK closed, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node whose
-// arrival makes the count min [WAITs for r0/full when min < max] and closes (rendezvous/dynamic_closing.cc):
-// ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors, rdzv::assign_ranks
-// (rendezvous/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET round; every other node
-// WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET assign/<i>, GET
-// r0/dropped. Descriptors carry a standby endpoint (each node as if on a host of its
-// own) and assignments the round's successors, as with the store failover on. The store must count the same
-// requests per node as ddprun-rendezvous-sim does (14 for min = max): if they differ, dynamic_rendezvous.cc
-// changed and this replay must follow it. Only the main connection of each node is opened (the watcher
-// connection sends nothing during a round).
+// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], SET
+// live/<identity>, CHECK round, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node
+// whose arrival makes the count min [WAITs for r0/full when min < max] and closes
+// (rendezvous/dynamic_closing.cc): ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors,
+// rdzv::assign_ranks (rendezvous/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET
+// round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET
+// assign/<i> (r0/dropped is read from round 1 on). Descriptors carry a standby endpoint (each node as if on a
+// host of its own) and assignments the round's successors, as with the store failover on. The store must
+// count the same requests per node as ddprun-rendezvous-sim does (11 for min = max): if they differ,
+// dynamic_rendezvous.cc changed and this replay must follow it. Only the main connection of each node is
+// opened (the watcher connection sends nothing during a round).
 //
 // Output: one JSON line like ddprun-rendezvous-sim's (wall_ms, phases_ms, requests_round, requests_per_node,
 // cpu_ms {store, clients}); exit 0 when the round completed and verified, 1 otherwise, 2 bad flags.
@@ -278,36 +278,36 @@ Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> 
 }
 
 void Node::run() {
+  const bool elastic = round_.min < round_.nodes;
   char id[32];
   std::snprintf(id, sizeof id, "node-%05d", idx_);
   const std::string identity = id;
   t0 = Clock::now();
   auto join = [this, identity] {
     call(req(Op::kCheck, {kPrefix + "round"}), Reply::kU8, [this, identity] {
-      call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, identity] {
-        call(req(Op::kAdd, {rk("joined")}, {}, 1), Reply::kI64, [this, identity] {
-          index_ = num - 1;
-          const std::string desc =
-              rdzv::encode(rdzv::NodeDescriptor{.identity = identity,
-                                                .previous_rank = -1,
-                                                .local_world_size = local_world_size(idx_),
-                                                .standby = standby_of(idx_)});
-          call(req(Op::kSet, {rk("node/" + std::to_string(index_))}, {desc}), Reply::kNone, [this] {
-            auto after_full = [this] {
-              if (index_ + 1 == round_.min) return close_round();
-              call(req(Op::kWait, {rk("closed")}), Reply::kU8, [this] { finish(); });
-            };
-            if (index_ + 1 != round_.nodes) return after_full();
-            call(req(Op::kSet, {rk("full")}, {"1"}), Reply::kNone, after_full);
-          });
+      call(req(Op::kAdd, {rk("joined")}, {}, 1), Reply::kI64, [this, identity] {
+        index_ = num - 1;
+        const std::string desc = rdzv::encode(rdzv::NodeDescriptor{.identity = identity,
+                                                                   .previous_rank = -1,
+                                                                   .local_world_size = local_world_size(idx_),
+                                                                   .standby = standby_of(idx_)});
+        call(req(Op::kSet, {rk("node/" + std::to_string(index_))}, {desc}), Reply::kNone, [this] {
+          auto after_full = [this] {
+            if (index_ + 1 == round_.min) return close_round();
+            call(req(Op::kWait, {rk("closed")}), Reply::kU8, [this] { finish(); });
+          };
+          if (index_ + 1 != round_.nodes) return after_full();
+          call(req(Op::kSet, {rk("full")}, {"1"}), Reply::kNone, after_full);
         });
       });
     });
   };
-  call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, identity, join] {
-    call(req(Op::kAdd, {kPrefix + "failures/" + identity}, {}, 0), Reply::kI64, [this, identity, join] {
-      call(req(Op::kSet, {kPrefix + "live/" + identity}, {"1"}), Reply::kNone, join);
-    });
+  auto announce = [this, identity, join] {
+    call(req(Op::kSet, {kPrefix + "live/" + identity}, {"1"}), Reply::kNone, join);
+  };
+  call(req(Op::kCheck, {kPrefix + "closed"}), Reply::kU8, [this, elastic, identity, announce] {
+    if (!elastic) return announce();
+    call(req(Op::kAdd, {kPrefix + "failures/" + identity}, {}, 0), Reply::kI64, announce);
   });
 }
 
@@ -359,10 +359,8 @@ void Node::finish() {
         call(req(Op::kWait, {assign}), Reply::kU8, [this, assign] {
           call(req(Op::kGet, {assign}), Reply::kBytes, [this] {
             assignment = strs.at(0);
-            call(req(Op::kGet, {rk("dropped")}), Reply::kBytes, [this] {
-              t1 = Clock::now();
-              if (++round_.returned == round_.nodes) round_.on_all_returned();
-            });
+            t1 = Clock::now();
+            if (++round_.returned == round_.nodes) round_.on_all_returned();
           });
         });
       });
