@@ -100,8 +100,14 @@ def run_one(args, name, work, port):
 
     def start(host):
         log = open(os.path.join(d, f"agent-h{host}.log"), "wb")
-        procs[host] = subprocess.Popen(["bash", args.cluster, "exec", str(host), *argv], stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # torchrun resolves the machine's name to decide whether it hosts the store and to name the workers'
+        # MASTER_ADDR, which the hosts' names do not allow inside the torch 2.6 root: tell it both (ddprun
+        # finds its addresses itself).
+        own = (["--rdzv_conf", f"is_host={int(host == 1)}", "--local_addr", f"10.99.0.{host}"]
+               if launcher == "torchrun" else [])
+        procs[host] = subprocess.Popen(["bash", args.cluster, "exec", str(host), *argv[:-len(train)], *own,
+                                        *train], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env, start_new_session=True)
 
     load = load_average()[0]
     result = {"recovered": False, "load1": float(load)}
@@ -110,6 +116,8 @@ def run_one(args, name, work, port):
             start(h)
         if not wait_for(lambda: len(first_steps_after(stamp, 0)) == HOSTS * NPROC, args.timeout):
             result["error"] = "the job did not start training"
+            with open(os.path.join(d, "agent-h1.log"), errors="replace") as f:
+                print("  --- host 1's launcher, last lines:\n" + "".join(f.readlines()[-8:]), file=sys.stderr)
             return result
         if case == "spare":
             start(HOSTS + 1)
