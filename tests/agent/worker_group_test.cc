@@ -4,82 +4,14 @@
 
 #include <csignal>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "agent/worker_launches.h"  // make_worker_group
 #include "catch_compat.h"
+#include "worker_group_fixture.h"
 
 using namespace ddprun::agent;
-using ddprun::rdzv::RendezvousInfo;
-using ddprun::rdzv::RoundStop;
-using AK = Action::Kind;
-using EK = GroupEvent::Kind;
-
-namespace {
-
-// Node 1 of 2 in round 3, two local workers (ranks 2 and 3), restarts left.
-struct Fixture {
-  WorkerGroup g;
-  SupervisionPolicy p{.max_restarts = 2};
-  JobState job{.host = "node-b"};
-
-  Fixture() {
-    g.round.round = 3;
-    g.round.group_rank = 1;
-    g.round.group_world_size = 2;
-    g.round.base_rank = 2;
-    g.round.world_size = 4;
-    for (int lr = 0; lr < 2; ++lr)
-      g.workers.push_back(Worker{.local_rank = lr, .rank = 2 + lr, .pid = 100 + lr});
-  }
-
-  std::vector<Action> on(GroupEvent e) { return supervise(g, job, e, p); }
-  std::vector<Action> exited(int local_rank, ExitStatus status, std::string error_file = "") {
-    GroupEvent e{.kind = EK::kWorkerExited, .local_rank = local_rank, .status = status};
-    if (!status.success()) {
-      e.failure = WorkerFailure{.host = job.host,
-                                .rank = 2 + local_rank,
-                                .local_rank = local_rank,
-                                .exit_code = status.exit_code,
-                                .signal = status.signal,
-                                .error_file = std::move(error_file)};
-    }
-    return on(e);
-  }
-  std::vector<Action> stopped() { return on(GroupEvent{.kind = EK::kGroupStopped}); }
-};
-
-std::vector<AK> kinds(const std::vector<Action>& actions, bool with_logs = false) {
-  std::vector<AK> out;
-  for (const auto& a : actions) {
-    if (with_logs || a.kind != AK::kLog) out.push_back(a.kind);
-  }
-  return out;
-}
-
-const Action& find(const std::vector<Action>& actions, AK kind) {
-  for (const auto& a : actions) {
-    if (a.kind == kind) return a;
-  }
-  FAIL("no action of the kind asked for");
-  return actions.front();
-}
-
-std::string logs(const std::vector<Action>& actions) {
-  std::string out;
-  for (const auto& a : actions) {
-    if (a.kind == AK::kLog) out += a.text + "\n";
-  }
-  return out;
-}
-
-RoundStop peer_stop(RoundStop::Kind kind, int exit_code = 1,
-                    std::string detail = "rank 0 on node-a: exit code 1") {
-  return RoundStop{kind, 0, std::move(detail), exit_code};
-}
-
-}  // namespace
+using namespace worker_group_testing;
 
 TEST_CASE("every local worker succeeding marks the node done and waits in the exit barrier") {
   Fixture f;
@@ -146,71 +78,6 @@ TEST_CASE("a failed worker: the group is stopped first, liveness probed after, t
     CHECK(give_back_restart(f.job, RendezvousInfo{.round = 1}, f.p).empty());
     CHECK(f.job.restarts_done == 1);
   }
-}
-
-// One failed attempt: local rank 1 fails after `steps` steps, the probe finds every node alive; the stop that
-// was published (not yet reported back), and after the group stopped, the round's end.
-std::pair<RoundStop, Action> fail_attempt(Fixture& f, uint64_t steps) {
-  f.g = Fixture().g;
-  GroupEvent failed{.kind = EK::kWorkerExited, .local_rank = 1, .status = ExitStatus{.exit_code = 3}};
-  failed.failure = WorkerFailure{.host = f.job.host, .rank = 3, .local_rank = 1, .exit_code = 3};
-  failed.steps = steps;
-  f.on(failed);
-  auto published = f.on(GroupEvent{.kind = EK::kLivenessProbed});
-  const RoundStop stop = find(published, AK::kPublishStop).stop;
-  f.on(GroupEvent{.kind = EK::kStopPublished, .stop = stop});
-  f.exited(0, ExitStatus{.signal = SIGTERM});
-  GroupEvent stopped{.kind = EK::kGroupStopped};
-  stopped.steps = steps;
-  return {stop, f.on(stopped).back()};
-}
-
-TEST_CASE(
-    "no progress (--max_no_progress_restarts): attempts that do not pass the previous one's step stop the "
-    "job with 7") {
-  Fixture f;
-  f.p.max_restarts = 10;
-  f.p.max_no_progress_restarts = 2;
-  auto [stop, end] = fail_attempt(f, 16);  // progress: step 16 passed 0
-  CHECK(stop.kind == RoundStop::Kind::kFailed);
-  CHECK(end.outcome == Outcome::kRestart);
-  CHECK(f.job.attempts_without_progress == 0);
-  std::tie(stop, end) = fail_attempt(f, 16);  // resumed from a checkpoint, crashed at the same step
-  CHECK(stop.kind == RoundStop::Kind::kFailed);
-  CHECK(f.job.attempts_without_progress == 1);
-  SECTION("a third attempt at the same step: the job stops everywhere with kExitNoProgress") {
-    std::tie(stop, end) = fail_attempt(f, 16);
-    CHECK(stop.kind == RoundStop::Kind::kShutdown);
-    CHECK(stop.exit_code == kExitNoProgress);
-    CHECK(stop.detail ==
-          "2 failed attempt(s) in a row made no progress (step 16, previous attempt 16; "
-          "--max_no_progress_restarts 2)");
-    CHECK(end.outcome == Outcome::kExit);
-    CHECK(end.exit_code == kExitNoProgress);
-    CHECK(f.job.restarts_done == 2);  // restarts were left
-  }
-  SECTION("an attempt that gets further resets the count") {
-    std::tie(stop, end) = fail_attempt(f, 25);
-    CHECK(stop.kind == RoundStop::Kind::kFailed);
-    CHECK(f.job.attempts_without_progress == 0);
-    CHECK(end.outcome == Outcome::kRestart);
-  }
-}
-
-TEST_CASE("without --max_no_progress_restarts a loop restarts until --max_restarts") {
-  Fixture f;
-  for (int i = 0; i < 2; ++i) CHECK(fail_attempt(f, 16).second.outcome == Outcome::kRestart);
-  auto [stop, end] = fail_attempt(f, 16);
-  CHECK(stop.kind == RoundStop::Kind::kFailed);
-  CHECK(end.outcome == Outcome::kExit);
-  CHECK(end.exit_code == 3);
-}
-
-TEST_CASE("a round after a membership change gives nothing back") {
-  JobState job{.restarts_done = 1};
-  SupervisionPolicy p{.max_restarts = 3};
-  CHECK(give_back_restart(job, RendezvousInfo{.round = 4, .dropped_nodes = {"h2:1"}}, p).empty());
-  CHECK(job.restarts_done == 1);
 }
 
 TEST_CASE("a failure that is the echo of a dead node re-forms without counting a restart") {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "c10d_fixture.h"
 #include "catch_compat.h"
 #include "rendezvous/c10d_round.h"
 #include "rendezvous/dynamic_rendezvous.h"
@@ -27,66 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace testing;
-using std::chrono::milliseconds;
-
-StoreServerOptions loopback_server() {
-  StoreServerOptions o;
-  o.host = "127.0.0.1";
-  return o;
-}
-
-// Options of one participant: sub-second protocol timeouts, heartbeats too slow to declare anyone dead within
-// kLimit (the heartbeat tests lower them), and a client of the store at `port` unless a test makes it host.
-DynamicRendezvousOptions c10d(uint16_t port, const std::string& identity, int min, int max) {
-  DynamicRendezvousOptions o;
-  o.run_id = kRunId;
-  o.min_nodes = min;
-  o.max_nodes = max;
-  o.endpoint_host = "127.0.0.1";
-  o.endpoint_port = port;
-  o.is_host = false;
-  o.identity = identity;
-  o.host = "one-host";  // every participant on one host, as agents of one Slurm task per GPU
-  o.join_timeout = kLimit;
-  o.last_call_timeout = 200ms;
-  o.close_timeout = 300ms;
-  o.keep_alive_interval = 1s;
-  o.keep_alive_max_attempt = 60;
-  o.read_timeout = kLimit;
-  o.progress_interval = 50ms;
-  o.cooldown_base = 300ms;
-  o.cooldown_max = 1s;
-  return o;
-}
-
-using Node = testing::Participant<DynamicRendezvous>;
-
-// The set-up of most tests: a store on a free port of 127.0.0.1, a client that observes it, and the options
-// of participants that join it.
-struct C10dStore {
-  StoreServerThread server{loopback_server()};
-  StoreClient obs{"127.0.0.1", server.port(), observer_options()};
-
-  DynamicRendezvousOptions options(const std::string& identity, int min, int max) const {
-    return c10d(server.port(), identity, min, max);
-  }
-};
-
-// Joins `node` and waits until its arrival shows in round r's counter: arrival indexes follow call order.
-void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
-  int64_t before = obs.add(rkey(round, "joined"), 0);
-  node.join(lws);
-  REQUIRE(eventually([&] { return obs.add(rkey(round, "joined"), 0) > before; }));
-}
-
-// A participant that vanishes: it joins round r as the next arrival, writes its descriptor, and stops.
-int64_t ghost_join(StoreClient& c, int round, const std::string& identity) {
-  int64_t index = c.add(rkey(round, "joined"), 1) - 1;
-  c.set(rkey(round, "node/" + std::to_string(index)),
-        encode(
-            NodeDescriptor{.identity = identity, .previous_rank = -1, .local_world_size = 1}));  // no standby
-  return index;
-}
+using namespace c10d_testing;
 
 }  // namespace
 
@@ -426,118 +368,6 @@ TEST_CASE_METHOD(
   CHECK(a1.world_size == 1);
 }
 
-// The closer of a restart round waits for nothing but the previous round's living nodes: with a last call far
-// beyond kLimit, every join here returns at once or the test fails.
-TEST_CASE_METHOD(
-    C10dStore,
-    "c10d rendezvous: a restart closes as soon as the previous round's living nodes are back; a node "
-    "whose agent is gone is not waited for, and its rank goes to a spare",
-    "[c10d][integration]") {
-  auto no_last_call = [&](const std::string& id, int min, int max) {
-    auto o = options(id, min, max);
-    o.last_call_timeout = 60s;
-    return o;
-  };
-  Node a(no_last_call("node-a", 2, 3));
-  Node b(no_last_call("node-b", 2, 3));
-  Node c(no_last_call("node-c", 2, 3));
-  join_in_order(a, 1, obs, 0);
-  join_in_order(b, 1, obs, 0);
-  join_in_order(c, 1, obs, 0);  // MAX joined: round 0 closes
-  const int rank_c = c.info().group_rank;
-  REQUIRE(a.info().group_world_size == 3);
-  REQUIRE(b.info().group_rank == 1);
-
-  SECTION("a restart: the round closes when all three are back, ranks unchanged") {
-    a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "rank 0 failed", 1});
-    join_in_order(c, 1, obs, 1);
-    join_in_order(a, 1, obs, 1);  // the closer (arrival MIN): waits for b, alive
-    CHECK_FALSE(a.ready(300ms));
-    join_in_order(b, 1, obs, 1);
-    for (Node* n : {&a, &b, &c}) REQUIRE(n->ready(5s));
-    RendezvousInfo ia = a.info(), ib = b.info(), ic = c.info();
-    CHECK(ia.round == 1);
-    CHECK(ia.group_world_size == 3);
-    CHECK(ia.group_rank == 0);
-    CHECK(ib.group_rank == 1);
-    CHECK(ic.group_rank == rank_c);
-    CHECK(ia.dropped_nodes.empty());
-  }
-  SECTION("c's agent dies: its live key goes with its connection, the survivors close without it") {
-    CHECK(obs.check({"ddprun/" + kRunId + "/live/node-c"}));
-    c.rdzv.reset();  // the agent's process ends: its connections close
-    REQUIRE(eventually([&] { return !obs.check({"ddprun/" + kRunId + "/live/node-c"}); }));
-    CHECK(a.rdzv->lost_nodes() == std::vector<int>{rank_c});
-    a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "gloo: connection reset by peer", 1});
-
-    SECTION("without a spare: 2 of MIN 2, at once") {
-      join_in_order(b, 1, obs, 1);
-      join_in_order(a, 1, obs, 1);
-      for (Node* n : {&a, &b}) REQUIRE(n->ready(5s));
-      RendezvousInfo ia = a.info(), ib = b.info();
-      CHECK(ia.group_world_size == 2);
-      CHECK(ia.group_rank == 0);
-      CHECK(ib.group_rank == 1);
-      CHECK(ia.dropped_nodes == std::vector<std::string>{"node-c"});
-    }
-    SECTION("a spare that arrives first takes c's rank; a second spare waits") {
-      Node s1(no_last_call("spare-1", 2, 3));
-      Node s2(no_last_call("spare-2", 2, 3));
-      join_in_order(s1, 1, obs, 1);
-      join_in_order(s2, 1, obs, 1);  // the closer: a and b are alive and not back yet
-      CHECK_FALSE(s2.ready(300ms));
-      join_in_order(a, 1, obs, 1);
-      join_in_order(b, 1, obs, 1);
-      for (Node* n : {&a, &b, &s1}) REQUIRE(n->ready(5s));
-      RendezvousInfo ia = a.info(), ib = b.info(), is1 = s1.info();
-      CHECK(ia.group_world_size == 3);
-      CHECK(ia.group_rank == 0);
-      CHECK(ib.group_rank == 1);
-      CHECK(is1.group_rank == rank_c);
-      CHECK(ia.dropped_nodes == std::vector<std::string>{"node-c"});
-      CHECK(obs.get(rkey(1, "assign/1")) == "spare");
-      CHECK_FALSE(s2.ready(300ms));  // waits for round 1 to end
-      a.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 0, "done", 0});
-      CHECK_THROWS_AS(s2.info(), RendezvousConflictError);  // the job finished while it waited
-    }
-  }
-}
-
-TEST_CASE_METHOD(
-    C10dStore,
-    "c10d rendezvous: with MIN = MAX a flapping node sits out while a spare takes its place, then "
-    "waits as a spare itself",
-    "[c10d][integration]") {
-  Node a(options("node-a", 2, 2));
-  Node b(options("node-b", 2, 2));
-  join_in_order(a, 1, obs, 0);
-  join_in_order(b, 1, obs, 0);
-  REQUIRE(a.info().group_rank == 0);
-  REQUIRE(b.info().group_rank == 1);
-  Node spare(options("spare", 2, 2));
-  join_in_order(spare, 1, obs, 0);  // round 0 is full: it waits
-  CHECK_FALSE(spare.ready(200ms));
-
-  a.rdzv->note_local_failure();  // a's workers caused two failures
-  a.rdzv->note_local_failure();
-  a.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "rank 0 failed", 1});
-  a.join(1);  // sits out for cooldown_base (300 ms): a spare can take its place
-  REQUIRE(eventually([&] { return obs.check({rkey(0, "lost/0")}); }));
-  join_in_order(b, 1, obs, 1);
-  REQUIRE(spare.ready(5s));
-  REQUIRE(b.ready(5s));
-  RendezvousInfo is = spare.info(), ib = b.info();
-  CHECK(is.round == 1);
-  CHECK(is.group_rank == 0);  // a's rank
-  CHECK(ib.group_rank == 1);
-  CHECK(ib.dropped_nodes == std::vector<std::string>{"node-a"});
-  // After its cooldown a finds round 1 full and waits as a spare; the job ends meanwhile.
-  REQUIRE(eventually([&] { return obs.add(rkey(1, "joined"), 0) == 3; }));
-  CHECK_FALSE(a.ready(200ms));
-  b.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 1, "done", 0});
-  CHECK_THROWS_AS(a.info(), RendezvousConflictError);
-}
-
 TEST_CASE_METHOD(
     C10dStore,
     "c10d rendezvous: once every node is done the round stops as done, a closed rendezvous turns late agents "
@@ -572,38 +402,6 @@ TEST_CASE_METHOD(
   REQUIRE_THROWS_WITH(later.rdzv->next_rendezvous(1),
                       Catch::Contains("rendezvous 'job' at 127.0.0.1:" + std::to_string(server.port()) +
                                       " is closed: the job already finished"));
-}
-
-TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a host whose workers failed twice sits out before joining",
-                 "[c10d][integration]") {
-  Node a(options("node-a", 1, 2));  // elastic: others could run without it
-  a.rdzv->note_local_failure();
-  a.rdzv->note_local_failure();
-  CHECK(obs.add("ddprun/" + kRunId + "/failures/node-a", 0) == 2);
-  auto start = Clock::now();
-  a.join(1);
-  RendezvousInfo ia = a.info();
-  CHECK(Clock::now() - start >= 300ms + 200ms);  // cooldown_base, then the last call
-  CHECK(ia.group_world_size == 1);
-}
-
-TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a healthy agent on the host of a failing one does not sit out",
-                 "[c10d][integration]") {
-  auto patient = [&](const std::string& identity) {
-    auto o = options(identity, 1, 2);
-    o.cooldown_base = 60s;  // a sitting-out agent would miss the join below by far
-    o.cooldown_max = 60s;
-    return o;
-  };
-  Node failing(patient("node-a"));
-  failing.rdzv->note_local_failure();
-  failing.rdzv->note_local_failure();
-  Node healthy(patient("node-b"));  // the same host
-  auto start = Clock::now();
-  healthy.join(1);
-  CHECK(healthy.info().group_world_size == 1);
-  CHECK(Clock::now() - start < 30s);
-  CHECK(obs.add("ddprun/" + kRunId + "/failures/node-b", 0) == 0);
 }
 
 }  // namespace ddprun::rdzv
