@@ -11,7 +11,8 @@
 # (network namespaces; the hosts are brought up here and taken down at the end). Environment:
 # BENCH_MULTINODE_CONFIGS (comma-separated names; default all, the 2.6 ones left out when the torch 2.6 root is
 # not built), BENCH_MULTINODE_REPS (3), BENCH_MULTINODE_TIMEOUT (90 s per run: a run that has not recovered by
-# then counts as not recovered), TORCH_PYTHON (/usr/bin/python3), BENCH_BUILD (1: configure and build BUILD_DIR
+# then counts as not recovered), BENCH_MULTINODE_SPARE_SETTLE (5 s: how long the spare waits before the kill; its
+# --prestart standbys import torch meanwhile), TORCH_PYTHON (/usr/bin/python3), BENCH_BUILD (1: configure and build BUILD_DIR
 # as Release; 0: use BUILD_DIR as it is). Takes about 15 minutes on 2 quiet CPUs with the defaults.
 # Exit codes: 0 done (runs that did not recover show in the table), 1 build failed, no root or no hosts.
 set -euo pipefail
@@ -47,4 +48,4 @@ if [[ -n ${BENCH_MULTINODE_CONFIGS:-} ]]; then configs=(--configs "$BENCH_MULTIN
 "$python" "$repo/scripts/bench/multinode_recovery_bench.py" --ddprun "$build/launcher/ddprun" \
   --train "$repo/scripts/examples/ddp_train.py" --cluster "$repo/scripts/test-cluster.sh" --python "$python" \
   "${torch26_args[@]}" "${configs[@]}" --reps "${BENCH_MULTINODE_REPS:-3}" \
-  --timeout "${BENCH_MULTINODE_TIMEOUT:-90}"
+  --timeout "${BENCH_MULTINODE_TIMEOUT:-90}" --spare-settle "${BENCH_MULTINODE_SPARE_SETTLE:-5}"
