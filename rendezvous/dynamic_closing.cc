@@ -87,9 +87,9 @@ int64_t DynamicRendezvous::wait_closed_or_close(int r, int64_t index) {
   return read_int(store_->get(closed), "arrivals of round " + std::to_string(r), 1);
 }
 
-std::vector<std::string> DynamicRendezvous::previous_members(int r) {
-  if (r == 0 || !store_->check({round_key(r - 1, "members")})) return {};
-  return decode_identities(store_->get(round_key(r - 1, "members")));
+std::vector<std::string> DynamicRendezvous::members_of(Store& store, int r) const {
+  if (r < 0 || !store.check({round_key(r, "members")})) return {};
+  return decode_identities(store.get(round_key(r, "members")));
 }
 
 void DynamicRendezvous::drop_gone(int r, std::map<std::string, int>& missing, LivenessWatch& watch) {
@@ -131,7 +131,7 @@ void DynamicRendezvous::drop_gone(int r, std::map<std::string, int>& missing, Li
 
 void DynamicRendezvous::close_when_ready(int r) {
   const int min = options_.min_nodes, max = options_.max_nodes;
-  const std::vector<std::string> members = previous_members(r);
+  const std::vector<std::string> members = members_of(*store_, r - 1);
   if (members.empty()) {  // the first round, or nothing known of the previous one: torchrun's last call
     if (max > min) {
       spdlog::info("rendezvous {} round {}: {} nodes joined (min {}), last call for up to {} more for {}",
@@ -183,8 +183,9 @@ void DynamicRendezvous::close_when_ready(int r) {
 
 bool DynamicRendezvous::spare_waiting() {
   const int r = round_.load();
-  if (r < 0 || external() || !store_->check({round_key(r, "members")})) return false;
-  const std::vector<std::string> members = decode_identities(store_->get(round_key(r, "members")));
+  if (external()) return false;
+  const std::vector<std::string> members = members_of(*store_, r);
+  if (members.empty()) return false;
   const int64_t arrivals = store_->add(round_key(r, "joined"), 0);
   std::vector<std::string> node_keys;
   for (int64_t i = 0; i < arrivals; ++i) node_keys.push_back(round_key(r, "node/" + std::to_string(i)));
@@ -200,8 +201,8 @@ bool DynamicRendezvous::spare_waiting() {
 
 std::vector<int> DynamicRendezvous::do_lost_nodes() {
   const int r = round_.load();
-  if (nodes_ <= 1 || external() || !store_->check({round_key(r, "members")})) return {};
-  const std::vector<std::string> members = decode_identities(store_->get(round_key(r, "members")));
+  if (nodes_ <= 1 || external()) return {};
+  const std::vector<std::string> members = members_of(*store_, r);
   std::vector<std::string> live;
   for (const auto& m : members) live.push_back(key("live/" + m));
   if (store_->check(live)) return {};  // one request when everyone is there
@@ -230,7 +231,7 @@ void DynamicRendezvous::assign_ranks(int r, int64_t arrivals) {
     if (!d) throw unreadable(why.what, why.text);
     all.push_back(std::move(*d));
   }
-  const std::vector<std::string> members = previous_members(r);
+  const std::vector<std::string> members = members_of(*store_, r - 1);
   std::vector<bool> member;
   for (NodeDescriptor& d : all) {
     member.push_back(std::find(members.begin(), members.end(), d.identity) != members.end());

@@ -217,8 +217,8 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
   spdlog::warn("rendezvous {} round {}: {}; re-forming without it", run_id(), r, detail);
   // The next round's closer does not wait for it: a frozen agent's connection, and its live key, stay.
   watcher_->set(round_key(r, "lost/" + std::to_string(neighbour)), "1");
-  if (!external() && watcher_->check({round_key(r, "members")})) {
-    const auto members = decode_identities(watcher_->get(round_key(r, "members")));
+  if (!external()) {
+    const auto members = members_of(*watcher_, r);
     if (static_cast<size_t>(neighbour) < members.size()) {
       watcher_->delete_key(key("live/" + members[static_cast<size_t>(neighbour)]));
     }

@@ -168,8 +168,8 @@ class DynamicRendezvous final : public RendezvousBase {
   int64_t wait_closed_or_close(int r, int64_t index);
   // The closer's wait: closes round r as soon as it is complete (dynamic_closing.cc says when).
   void close_when_ready(int r);
-  // The identities of round r-1's nodes in node-rank order (empty: unknown, or r is the first round).
-  std::vector<std::string> previous_members(int r);
+  // Round r's identities in node-rank order (r<r>/members), read through `store`; empty when unknown.
+  std::vector<std::string> members_of(Store& store, int r) const;
   // What the closer learned of the previous round's missing members' heartbeats.
   struct LivenessWatch {
     std::map<int, std::pair<int64_t, Clock::time_point>> beats;  // rank -> counter, when it last changed
