@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -56,6 +57,21 @@ struct SupervisionPolicy {
   int exit_code_of_signal(int sig) const;
 };
 
+// Whether this node may join a round (agent/health/health_check.h): checked before every join; an unhealthy
+// node stands aside (the job goes on without it where a spare or MIN < MAX allows) and checks again.
+struct HealthPolicy {
+  std::string command;  // --health_check: run with /bin/sh -c; "" = none
+  std::chrono::milliseconds command_timeout{60000};
+  bool builtin = true;  // --health_check_builtin: the log directory, /dev/shm, the GPUs through NVML
+  // Free bytes --log_dir must have (the run directory, error files, workers' logs).
+  uint64_t log_dir_min_free = uint64_t{64} << 20;
+  std::chrono::milliseconds retry_interval{10000};  // --health_check_interval: between checks that failed
+  int attempts = 3;  // --health_check_attempts: checks failed in a row before the agent exits kExitUnhealthy
+  // --gpu_memory_wait: before a restart, how long to wait for the old generation's GPU memory to be released
+  // (agent/health/gpu_memory.h); 0 = do not wait.
+  std::chrono::milliseconds gpu_memory_wait{30000};
+};
+
 struct AgentConfig {
   std::string role = "default";
   std::string script_name;          // for messages ("train.py")
@@ -66,6 +82,7 @@ struct AgentConfig {
   std::string nccl_async_error_handling_var = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
   bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
   SupervisionPolicy supervision;
+  HealthPolicy health;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torch >= 2.1): the prefix of tee'd console lines, with

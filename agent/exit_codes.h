@@ -18,6 +18,9 @@ enum ExitCode : int {
   // --max_no_progress_restarts: restarts that made no progress; do not requeue (Slurm, Kubernetes'
   // podFailurePolicy).
   kExitNoProgress = 7,
+  // The node failed --health_check_attempts health checks in a row (agent/health/health_check.h): this
+  // machine needs attention; the job may go on without it.
+  kExitUnhealthy = 8,
   // Under Slurm: SIGTERM/SIGUSR1/SIGUSR2 (scancel, preemption, time limit) stopped the job; it may be
   // requeued (EX_TEMPFAIL).
   kExitSlurmInterrupted = 75,

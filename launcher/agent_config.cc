@@ -54,6 +54,7 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.supervision.exit_barrier_timeout = millis(c.exit_barrier_timeout);
   a.supervision.hang_timeout = millis(c.hang_timeout);
   a.supervision.max_no_progress_restarts = c.max_no_progress_restarts;
+  a.health = c.health;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
       a.supervision.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;

@@ -45,12 +45,6 @@ void fail(const Given& g, const std::string& expected) {
   fail_because(g, "expected " + expected);
 }
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
-}
-
 std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).

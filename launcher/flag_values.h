@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "rendezvous/store/endpoint.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::launcher {
 
@@ -48,10 +49,8 @@ struct Given {
 
 // ---- text helpers (never throw) ----
 
-// Without leading and trailing blanks (space, tab, newline).
-std::string trim(const std::string& s);
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
-// once trimmed. (Splitting: split in rendezvous/util/text_util.h.)
+// once trimmed. (Splitting and trimming: rendezvous/util/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);

@@ -2,11 +2,8 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,14 +16,13 @@
 #include <sstream>
 #include <vector>
 
+#include "agent/process/run_command.h"
 #include "agent/process/worker_launch.h"
 #include "rendezvous/util/unique_fd.h"
 
 namespace ddprun::launcher {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxStderr = 65536;
 constexpr off_t kCacheRewriteAt = 32 * 1024;  // bytes; then the newest kCacheKeep lines are kept
@@ -115,91 +111,10 @@ void remember(const std::string& file, const std::string& line_text) {
 }
 
 int run_interpreter(const InterpreterCheck& c, const std::vector<std::string>& args, std::string& err) {
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -2 - errno;
-  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
-
-  std::vector<std::string> env_strings;
-  env_strings.reserve(c.env.size());
-  for (const auto& [k, v] : c.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> arg_strings{c.exe};
-  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : arg_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Default dispositions and an empty signal mask in the child, whatever the agent blocks or ignores.
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  const int spawn_error = ::posix_spawn(&pid, c.exe.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (spawn_error != 0) return -2 - spawn_error;
-  write_end.reset();
-
-  // Read its stderr until it exits (its pidfd turns readable) or the deadline passes. A descendant that
-  // keeps stderr open does not delay the verdict: the interpreter's own exit decides.
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  const auto until = Clock::now() + c.deadline;
-  bool exited = false, eof = false;
-  auto drain = [&] {
-    char buf[4096];
-    const ssize_t r = ::read(read_end.get(), buf, sizeof buf);
-    if (r > 0 && err.size() < kMaxStderr) err.append(buf, static_cast<size_t>(r));
-    if (r == 0) eof = true;
-    return r > 0;
-  };
-  while (!exited) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-    if (left <= 0) break;
-    pollfd fds[2];
-    nfds_t nfds = 0;
-    int pipe_at = -1, pid_at = -1;
-    if (!eof) {
-      fds[nfds] = {read_end.get(), POLLIN, 0};
-      pipe_at = static_cast<int>(nfds++);
-    }
-    if (pidfd.get() >= 0) {
-      fds[nfds] = {pidfd.get(), POLLIN, 0};
-      pid_at = static_cast<int>(nfds++);
-    }
-    // Without a pidfd (Linux < 5.3) the exit is looked at every 5 ms.
-    const int timeout = static_cast<int>(pid_at >= 0 ? left : std::min<long long>(left, 5));
-    if (::poll(fds, nfds, timeout) < 0 && errno != EINTR) break;
-    if (pipe_at >= 0 && fds[pipe_at].revents != 0) drain();
-    if (pid_at >= 0) {
-      exited = fds[pid_at].revents != 0;
-    } else {
-      siginfo_t info{};
-      exited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-               info.si_pid == pid;
-    }
-  }
-  if (!exited) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!exited) return -1;
-  // What it wrote before it exited is in the pipe now.
-  ::fcntl(read_end.get(), F_SETFL, O_NONBLOCK);
-  while (!eof && err.size() < kMaxStderr && drain()) {
-  }
-  return status;
+  agent::CommandRun run{.exe = c.exe, .argv = {c.exe}, .env = c.env, .deadline = c.deadline,
+                        .max_output = kMaxStderr};
+  run.argv.insert(run.argv.end(), args.begin(), args.end());
+  return agent::run_command(run, err);
 }
 
 std::string interpreter_cache_key(const InterpreterCheck& c) {

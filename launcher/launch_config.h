@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_config.h"        // HealthPolicy
 #include "agent/watchdog/event_log.h"  // --event-log-handler
 #include "launcher/cuda_devices.h"     // count_gpu_devices, the default gpu_count
 #include "launcher/flag_values.h"      // RdzvTimings
@@ -121,6 +122,7 @@ struct LaunchConfig {
   bool torchrun_exit_codes = false;
   double hang_timeout = 0;           // seconds, 0 = off (flag --hang_timeout, ddprun extension)
   int max_no_progress_restarts = 0;  // 0 = off (flag --max_no_progress_restarts, ddprun extension)
+  agent::HealthPolicy health;        // --health_check* and --gpu_memory_wait (launcher/health_flags.h)
   // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
   // (--store_memory_budget, ddprun extension; rendezvous/store/store_server.h's memory_budget).
   uint64_t store_memory_budget = uint64_t{256} << 20;

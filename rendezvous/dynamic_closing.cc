@@ -17,7 +17,8 @@
 // Which: at most MAX arrivals take part, the previous round's members first, then the others in arrival order
 // (select_nodes); the rest are told "spare" and wait for the round to end. Ranks: order_nodes (survivors keep
 // theirs, spares take the freed ones). The closer also lists the previous round's members that are not in
-// this one (r<r>/dropped): their agents charge the restart that their loss caused to that loss.
+// this one (r<r>/dropped), but not those that stood aside (r<r-1>/aside/<rank>): their agents charge the
+// restart that their loss caused to that loss.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -245,8 +246,12 @@ void DynamicRendezvous::assign_ranks(int r, int64_t arrivals) {
   std::vector<std::string> by_rank(nodes.size()), dropped;
   for (size_t j = 0; j < nodes.size(); ++j)
     by_rank[static_cast<size_t>(assignments[j].node_rank)] = nodes[j].identity;
-  for (const std::string& m : members) {
-    if (std::find(by_rank.begin(), by_rank.end(), m) == by_rank.end()) dropped.push_back(m);
+  for (size_t k = 0; k < members.size(); ++k) {
+    // A member that stood aside (sat out, unhealthy: step_aside) is not lost: the restart it missed stays
+    // counted.
+    if (std::find(by_rank.begin(), by_rank.end(), members[k]) == by_rank.end() &&
+        !store_->check({round_key(r - 1, "aside/" + std::to_string(k))}))
+      dropped.push_back(members[k]);
   }
   // Written before the assignments: a node that reads its assignment finds these.
   std::vector<std::string> keys{round_key(r, "members"), round_key(r, "dropped")};

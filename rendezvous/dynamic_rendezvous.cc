@@ -87,12 +87,7 @@ void DynamicRendezvous::sit_out_if_failing() {
   if (failures < 2) return;
   // With MIN = MAX only a spare can take this node's place; without one, sitting out would stop the job.
   if (options_.min_nodes == options_.max_nodes && !spare_waiting()) return;
-  // The next round's closer must not wait for this node (it is alive, but sits out): join() announces it
-  // again afterwards.
-  if (const int r = round_.load(); r >= 0 && rank_ >= 0) {
-    store_->set(round_key(r, "lost/" + std::to_string(rank_)), "1");
-  }
-  if (!external()) store_->delete_key(key("live/" + options_.identity));
+  step_aside();
   auto cooldown = options_.cooldown_base * (int64_t{1} << std::min<int64_t>(failures - 2, 20));
   cooldown = std::min(cooldown, options_.cooldown_max);
   spdlog::warn(
@@ -100,6 +95,22 @@ void DynamicRendezvous::sit_out_if_failing() {
       "cooldown doubles with each further failure)",
       run_id(), options_.identity, failures, duration_text(cooldown));
   std::this_thread::sleep_for(cooldown);
+}
+
+// The next round's closer must not wait for this node (it is alive, but sits out): join() announces it again
+// afterwards.
+void DynamicRendezvous::step_aside() {
+  if (const int r = round_.load(); r >= 0 && rank_ >= 0) {
+    const std::string rank = std::to_string(rank_);
+    store_->multi_set({round_key(r, "aside/" + rank), round_key(r, "lost/" + rank)}, {"1", "1"});
+  }
+  if (!external()) store_->delete_key(key("live/" + options_.identity));
+}
+
+void DynamicRendezvous::do_stand_aside(const std::string& reason) {
+  step_aside();
+  store_->set(key("unhealthy/" + options_.identity), reason);
+  unhealthy_ = true;
 }
 
 void DynamicRendezvous::do_note_local_failure() {
@@ -126,6 +137,10 @@ RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
 RendezvousInfo DynamicRendezvous::join(int local_world_size) {
   if (do_is_closed()) throw closed_error();
   sit_out_if_failing();
+  if (unhealthy_) {
+    store_->delete_key(key("unhealthy/" + options_.identity));
+    unhealthy_ = false;
+  }
   announce_alive();
   const auto deadline = Clock::now() + options_.join_timeout;
   int r = std::max(round_.load() + 1, current_round());
@@ -192,7 +207,13 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
                                  " stayed full (" + std::to_string(count) + " nodes = max) for " +
                                  duration_text(options_.join_timeout) + " at " + endpoint());
   }
-  if (stop->kind == RoundStop::Kind::kDone) throw reused("finished");
+  if (stop->kind == RoundStop::Kind::kDone) {
+    throw SpareNotNeededError("rendezvous '" + run_id() + "' at " + endpoint() +
+                              ": the job finished (round " + std::to_string(r) +
+                              " done) while this node waited as a hot spare; nothing is left to do. (If this "
+                              "agent belongs to a new job, that job reuses the --rdzv_id and endpoint of a "
+                              "running one: give it a new --rdzv_id.)");
+  }
 }
 
 std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {

@@ -13,8 +13,10 @@
 //   r<r>/assign/<idx>     "<node rank>|<nodes>|<base rank>|<world size>|<successors>", or "spare", written
 //                         by the closer (multi_set); the successors to the store: StoreFailover::encode
 //   r<r>/members          the round's identities in node-rank order, '|'-separated (the next closer reads it)
-//   r<r>/dropped          the previous round's identities that are not in this one
-//   r<r>/lost/<node rank> a neighbour found that node silent (heartbeats)
+//   r<r>/dropped          the previous round's identities that are not in this one (and did not stand aside)
+//   r<r>/lost/<node rank> a neighbour found that node silent (heartbeats), or it stood aside
+//   r<r>/aside/<node rank> that node stood aside (cooldown, unhealthy): it is alive, not lost
+//   unhealthy/<identity>  why that agent stands aside as unhealthy, until it joins again
 //   live/<identity>       connection-bound: exists while the agent's connection to the store is open
 //   r<r>/stop             RoundStop (first writer wins); r<r>/done, r<r>/left: counters as in the static
 //   backend r<r>/hb/<node rank>   heartbeat counter of a running node (ADD 1 every keep_alive_interval)
@@ -124,6 +126,8 @@ class DynamicRendezvous final : public RendezvousBase {
   void do_note_local_failure() override;
   // The members of the round whose connection-bound live key is gone (their agents died); own store only.
   std::vector<int> do_lost_nodes() override;
+  // Steps aside (step_aside) and records the reason under unhealthy/<identity> until the next join.
+  void do_stand_aside(const std::string& reason) override;
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
   std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override;
@@ -156,6 +160,9 @@ class DynamicRendezvous final : public RendezvousBase {
   // A node whose workers caused two or more failures sits out (cooldown) when another node can take its
   // place: MIN < MAX, or a spare waits.
   void sit_out_if_failing();
+  // The next round's closer does not wait for this live node: its rank in the current round is marked lost
+  // and its live key deleted (join() announces it again).
+  void step_aside();
   // Whether an arrival of this node's last round that is not one of its members (a spare) is still alive.
   bool spare_waiting();
   // Adds this node to round r; returns its arrival index.
@@ -197,6 +204,7 @@ class DynamicRendezvous final : public RendezvousBase {
 
   DynamicRendezvousOptions options_;
   int previous_rank_ = -1;
+  bool unhealthy_ = false;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
   Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
   StoreFailover failover_;
   std::vector<Endpoint> successors_;     // of the last round this node ran in

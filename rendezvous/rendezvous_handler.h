@@ -132,6 +132,12 @@ class RendezvousHandler {
   std::vector<int> lost_nodes() {
     return guard([&] { return do_lost_nodes(); });
   }
+  // This node is unhealthy (agent/health/health_check.h) and does not join now: the next round may close
+  // without it (where a spare or MIN < MAX allows), and `reason` is recorded for the job to see. The next
+  // next_rendezvous() joins again (as a spare when the job is full). RendezvousStoreError.
+  void stand_aside(const std::string& reason) {
+    guard([&] { do_stand_aside(reason); });
+  }
 
  protected:
   virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;
@@ -143,6 +149,7 @@ class RendezvousHandler {
   virtual void do_shutdown() = 0;
   virtual void do_note_local_failure() {}
   virtual std::vector<int> do_lost_nodes() { return {}; }
+  virtual void do_stand_aside(const std::string& /*reason*/) {}
   // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
   // Implementations that know their store's endpoint make sure the message names it.
   virtual RendezvousStoreError store_failure(const StoreError& e) const {

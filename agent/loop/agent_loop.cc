@@ -5,13 +5,17 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "agent/exit_codes.h"
+#include "agent/health/gpu_memory.h"
+#include "agent/health/health_check.h"
 #include "agent/loop/progress_sampler.h"
 #include "agent/process/terminal.h"
 #include "agent/worker_launches.h"
+#include "rendezvous/util/duration_text.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::agent {
@@ -25,6 +29,9 @@ struct StepFailed {
   int exit_code;
   std::string error;
 };
+
+// This node waited as a hot spare and the job finished without needing it: the agent exits 0.
+struct SpareUnused {};
 
 }  // namespace
 
@@ -48,6 +55,14 @@ int AgentLoop::run() {
     }
   } catch (const StepFailed& failed) {
     return job_events_.agent_failed(failed.exit_code, failed.error);
+  } catch (const SpareUnused&) {
+    try {
+      rdzv_->shutdown();
+    } catch (const rdzv::RendezvousError& e) {
+      spdlog::debug("rendezvous shutdown: {}", e.what());
+    }
+    run_dir_->remove_if_temporary();
+    return kExitSuccess;
   }
 }
 
@@ -75,6 +90,66 @@ void AgentLoop::prepare() {
   }
   processes_->start();
   foreground_terminal_ = stdin_is_foreground_terminal();
+  if (config_.health.builtin || config_.health.gpu_memory_wait.count() > 0) {
+    std::string why;
+    nvml_ = Nvml::load(config_.base_env, why);
+    if (!nvml_) {
+      spdlog::debug("no NVML ({}): GPUs are neither checked nor waited for", why);
+      return;
+    }
+    bool listed = false;
+    const auto gpus = node_gpus(config_.base_env, static_cast<int>(config_.workers.size()), listed);
+    gpu_baseline_ = gpu_memory_used(*nvml_, gpus);
+    spdlog::info("NVML sees {} GPUs; this node's local ranks use {} of them", nvml_->device_count(),
+                 gpu_baseline_.size());
+  }
+}
+
+void AgentLoop::await_healthy() {
+  const HealthPolicy& h = config_.health;
+  if (!h.builtin && h.command.empty()) return;
+  for (int failed = 0;;) {
+    const HealthReport report = check_health(config_, nvml_.get());
+    if (report.healthy()) {
+      if (failed > 0) {
+        spdlog::info(
+            "this node is healthy again (checked in {}): it joins the job, as a spare if the job is full",
+            duration_text(report.elapsed));
+      } else {
+        spdlog::debug("health checks passed in {}", duration_text(report.elapsed));
+      }
+      return;
+    }
+    const std::string why = report.summary();
+    if (++failed >= h.attempts) {
+      spdlog::error("this node failed {} health checks in a row, the last: {}; the agent exits with code {}",
+                    failed, why, static_cast<int>(kExitUnhealthy));
+      throw StepFailed{kExitUnhealthy, "this node is unhealthy: " + why};
+    }
+    spdlog::warn(
+        "this node is unhealthy: {}. It stands aside (the job goes on without it where a hot spare or "
+        "--nnodes "
+        "MIN:MAX allows) and checks again in {} ({} of {} checks failed)",
+        why, duration_text(h.retry_interval), failed, h.attempts);
+    try {
+      rdzv_->stand_aside(why);
+    } catch (const rdzv::RendezvousError& e) {
+      spdlog::warn("cannot tell the job that this node stands aside: {}", e.what());
+    }
+    std::this_thread::sleep_for(h.retry_interval);  // a signal ends the agent meanwhile (exit_on_signals)
+  }
+}
+
+void AgentLoop::await_gpu_memory() {
+  if (!nvml_ || gpu_baseline_.empty() || config_.health.gpu_memory_wait.count() == 0) return;
+  const GpuMemoryWait w = wait_for_gpu_memory(*nvml_, gpu_baseline_, config_.health.gpu_memory_wait);
+  if (!w.still_held.empty()) {
+    spdlog::warn(
+        "the previous workers' GPU memory is still held after {} ({}); starting the new workers anyway",
+        duration_text(w.waited), join(w.still_held, "; "));
+  } else if (w.waited.count() > 0) {
+    spdlog::info("waited {} for the previous workers' GPU memory to be released", duration_text(w.waited));
+  }
 }
 
 // Joins the next round. No worker runs meanwhile: a signal ends the agent at once, the rendezvous left open.
@@ -90,9 +165,14 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
     processes_->prestart_missing(worker_launches(config_, rdzv::RendezvousInfo{}, no_paths, rdzv_->run_id()));
   }
   processes_->exit_on_signals(true);
+  await_healthy();
   try {
     round = rdzv_->next_rendezvous(nproc);
     processes_->exit_on_signals(false);
+  } catch (const rdzv::SpareNotNeededError& e) {
+    processes_->exit_on_signals(false);
+    spdlog::info("{}", e.what());
+    throw SpareUnused{};
   } catch (const rdzv::RendezvousError& e) {
     processes_->exit_on_signals(false);
     job_events_.duration("RENDEZVOUS", start);
@@ -135,6 +215,7 @@ WorkerGroup AgentLoop::assign(const rdzv::RendezvousInfo& round) {
 // Starts watching the round, then every worker; a worker that cannot start is the group's first event.
 void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
+  if (generations_++ > 0) await_gpu_memory();
   watcher_.start(group.round.round);
   if (std::string error = processes_->spawn(group); !error.empty()) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});

@@ -15,11 +15,15 @@
 // Internal to the agent.
 #pragma once
 
+#include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "agent/agent_config.h"
+#include "agent/health/nvml.h"
 #include "agent/loop/event_queue.h"
 #include "agent/loop/job_events.h"
 #include "agent/loop/round_watcher.h"
@@ -51,6 +55,10 @@ class AgentLoop {
   // The steps, in order (agent_loop.cc). A step that fails for good throws StepFailed (run() records it).
   void prepare();
   rdzv::RendezvousInfo rendezvous();
+  // Before a join: the node's health checks, standing aside and checking again while they fail.
+  void await_healthy();
+  // Before a generation that follows another: the old one's GPU memory released (agent/health/gpu_memory.h).
+  void await_gpu_memory();
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);
@@ -79,8 +87,11 @@ class AgentLoop {
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)
   std::optional<RunDirectory> run_dir_;  // from prepare() on
-  std::optional<WorkerProcesses> processes_;  // from prepare() on
-  RoundWatcher watcher_;                      // declared last: stopped first, while the rest still exists
+  std::optional<WorkerProcesses> processes_;      // from prepare() on
+  std::unique_ptr<Nvml> nvml_;                    // from prepare() on, where libnvidia-ml loads
+  std::map<std::string, uint64_t> gpu_baseline_;  // each GPU's used memory before the first workers
+  int generations_ = 0;                           // worker generations started on this node
+  RoundWatcher watcher_;                          // declared last: stopped first, while the rest still exists
 };
 
 }  // namespace ddprun::agent

@@ -15,6 +15,10 @@ namespace ddprun {
 
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""} (always at least one part).
 std::vector<std::string> split(std::string_view text, char sep);
+// {"a", "b"}, ", " -> "a, b"; {} -> "".
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// Without leading and trailing blanks (space, tab, newline).
+std::string trim(const std::string& s);
 
 // The whole of `text` as a decimal integer with an optional sign ("+3", "-1"), or nullopt (empty, other
 // characters, out of range). No spaces are skipped: trim first where a user may type them.

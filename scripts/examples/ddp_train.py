@@ -87,6 +87,8 @@ def parse_args():
     p.add_argument("--fail-attempt", type=int, default=0, help="restart attempt in which --fail-rank crashes")
     p.add_argument("--fail-until-attempt", type=int, default=-1,
                    help="--fail-rank crashes (os._exit(3), no clean-up) in every attempt below this one")
+    p.add_argument("--fail-file", help="--fail-rank crashes (os._exit(3)) after the first step at which this file "
+                   "exists, and removes it (a test's trigger)")
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-step", type=int, default=-1)
     p.add_argument("--hang-attempt", type=int, default=0, help="restart attempt in which --hang-rank hangs")
@@ -155,6 +157,10 @@ def main():
         if rank == args.fail_rank and step == args.fail_step and attempt < args.fail_until_attempt:
             print(f"rank {rank}: crashing at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
             stamp(args.stamp, "crash", attempt, rank)
+            os._exit(3)
+        if rank == args.fail_rank and args.fail_file and os.path.exists(args.fail_file):
+            print(f"rank {rank}: crashing at step {step} ({args.fail_file} exists)", file=sys.stderr, flush=True)
+            os.unlink(args.fail_file)
             os._exit(3)
         if rank == args.fail_rank and step == args.fail_step and attempt == args.fail_attempt:
             print(f"rank {rank}: failing on purpose at step {step} (attempt {attempt})", file=sys.stderr, flush=True)

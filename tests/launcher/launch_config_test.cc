@@ -90,6 +90,17 @@ std::vector<ValueFlag> value_flags() {
       {{"--python"}, "", {}, "/usr/bin/python3", [](C c) { return c.python; }, "/usr/bin/python3"},
       {{"--log_level", "--log-level"}, "", {}, "debug", [](C c) { return c.log_level; }, "debug"},
       {{"--log_level", "--log-level"}, "", {}, "warning", [](C c) { return c.log_level; }, "warn"},
+      {{"--health_check", "--health-check"}, "PET_HEALTH_CHECK", {}, " nvidia-smi -q ", [](C c) { return c.health.command; }, "nvidia-smi -q"},
+      {{"--health_check_timeout", "--health-check-timeout"}, "PET_HEALTH_CHECK_TIMEOUT", {}, "2.5",
+       [=](C c) { return num(c.health.command_timeout.count()); }, "2500"},
+      {{"--health_check_interval", "--health-check-interval"}, "PET_HEALTH_CHECK_INTERVAL", {}, "0",
+       [=](C c) { return num(c.health.retry_interval.count()); }, "0"},
+      {{"--health_check_attempts", "--health-check-attempts"}, "PET_HEALTH_CHECK_ATTEMPTS", {}, "5",
+       [=](C c) { return num(c.health.attempts); }, "5"},
+      {{"--health_check_builtin", "--health-check-builtin"}, "PET_HEALTH_CHECK_BUILTIN", {}, "off",
+       [=](C c) { return num(int(c.health.builtin)); }, "0"},
+      {{"--gpu_memory_wait", "--gpu-memory-wait"}, "PET_GPU_MEMORY_WAIT", {}, "0.25",
+       [=](C c) { return num(c.health.gpu_memory_wait.count()); }, "250"},
   };
   // clang-format on
 }
@@ -129,6 +140,12 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.store_memory_budget == uint64_t{256} << 20);  // ddprun extension: docs/cli.md says why
   CHECK(c.python == "python3");
   CHECK(c.log_level == "info");
+  CHECK(c.health.command.empty());  // ddprun extensions: docs/cli.md
+  CHECK(c.health.builtin);
+  CHECK(c.health.attempts == 3);
+  CHECK(c.health.command_timeout == std::chrono::seconds(60));
+  CHECK(c.health.retry_interval == std::chrono::seconds(10));
+  CHECK(c.health.gpu_memory_wait == std::chrono::seconds(30));
   CHECK(c.training_script == "train.py");
   CHECK(c.training_script_args.empty());
   CHECK(o.gpu_calls == 0);
@@ -283,7 +300,9 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "a:1,b:x", "t.py"},
        {},
        {"--rdzv_endpoint", "'b:x'"}},
-      {{"--rdzv_backend", "etcd", "--rdzv_conf", "protocol=ftp", "t.py"}, {}, {"--rdzv_conf", "protocol=http or https", "'ftp'"}},
+      {{"--rdzv_backend", "etcd", "--rdzv_conf", "protocol=ftp", "t.py"},
+       {},
+       {"--rdzv_conf", "protocol=http or https", "'ftp'"}},
       {{"--rdzv_backend", "etcd", "--rdzv_conf", "protocol=https,cacert=/no/such/ca.pem", "t.py"},
        {},
        {"--rdzv_conf cacert=/no/such/ca.pem", "cannot read"}},
@@ -305,6 +324,10 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--signals_to_handle", "0", "t.py"}, {}, {"--signals_to_handle", "'0'"}},
       {{"--signals_to_handle", "SIGTERM,,SIGINT", "t.py"}, {}, {"--signals_to_handle"}},
       {{"--max_restarts", "-1", "t.py"}, {}, {"--max_restarts", "'-1'"}},
+      {{"--health_check_timeout", "0", "t.py"}, {}, {"--health_check_timeout", "'0'", "above 0"}},
+      {{"--health_check_attempts", "0", "t.py"}, {}, {"--health_check_attempts", "'0'"}},
+      {{"--health_check_builtin", "yes", "t.py"}, {}, {"--health_check_builtin", "'yes'", "on"}},
+      {{"--gpu_memory_wait", "-1", "t.py"}, {}, {"--gpu_memory_wait", "'-1'"}},
       {{"--max_restarts", "1.5", "t.py"}, {}, {"--max_restarts", "'1.5'"}},
       {{"--monitor_interval", "-1", "t.py"}, {}, {"--monitor_interval", "'-1'"}},
       {{"--shutdown_timeout", "soon", "t.py"}, {}, {"--shutdown_timeout", "'soon'"}},
@@ -337,4 +360,3 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
   for (const auto& m : row.mentions) CHECK_THAT(o.result.message, Catch::Contains(m));
   CHECK(o.config.training_script.empty());  // out is left untouched on error
 }
-

@@ -164,11 +164,11 @@ TEST_CASE("torch compat: argparse abbreviations", "[launcher][torch_compat]") {
 
 TEST_CASE("torch compat: every abbreviation torchrun 2.6 or 1.13 takes means the same flag under ddprun",
           "[launcher][torch_compat]") {
-  // Where ddprun's own flags (--hang_timeout, --log_level, --no_slurm, --max_no_progress_restarts) or torch
-  // 2.x's (--local_addr, for 1.13's --l) share the prefix, argparse's rule makes it ambiguous: these, and
-  // only these, are refused.
-  const std::set<std::string> ddprun_extensions = {"--h",   "--l",   "--lo",  "--log",  "--log-", "--log_",
-                                                   "--no-", "--no_", "--max", "--max-", "--max_"};
+  // Where ddprun's own flags (--hang_timeout, --health_check, --log_level, --no_slurm,
+  // --max_no_progress_restarts) or torch 2.x's (--local_addr, for 1.13's --l) share the prefix, argparse's
+  // rule makes it ambiguous: these, and only these, are refused.
+  const std::set<std::string> ddprun_extensions = {"--h",    "--he",  "--l",   "--lo",  "--log",  "--log-",
+                                                   "--log_", "--no-", "--no_", "--max", "--max-", "--max_"};
   for (const Args* torch : {&kTorch26, &kTorch113}) {
     for (const std::string& option : *torch) {
       for (size_t n = 3; n <= option.size(); ++n) {

@@ -86,7 +86,7 @@ TEST_CASE_METHOD(
       CHECK(obs.get(rkey(1, "assign/1")) == "spare");
       CHECK_FALSE(s2.ready(300ms));  // waits for round 1 to end
       a.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 0, "done", 0});
-      CHECK_THROWS_AS(s2.info(), RendezvousConflictError);  // the job finished while it waited
+      CHECK_THROWS_AS(s2.info(), SpareNotNeededError);  // the job finished while it waited
     }
   }
 }
@@ -118,12 +118,50 @@ TEST_CASE_METHOD(
   CHECK(is.round == 1);
   CHECK(is.group_rank == 0);  // a's rank
   CHECK(ib.group_rank == 1);
-  CHECK(ib.dropped_nodes == std::vector<std::string>{"node-a"});
+  CHECK(ib.dropped_nodes.empty());  // it stood aside alive: the restart stays counted
+  CHECK(obs.check({rkey(0, "aside/0")}));
   // After its cooldown a finds round 1 full and waits as a spare; the job ends meanwhile.
   REQUIRE(eventually([&] { return obs.add(rkey(1, "joined"), 0) == 3; }));
   CHECK_FALSE(a.ready(200ms));
   b.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 1, "done", 0});
-  CHECK_THROWS_AS(a.info(), RendezvousConflictError);
+  CHECK_THROWS_AS(a.info(), SpareNotNeededError);
+}
+
+TEST_CASE_METHOD(
+    C10dStore,
+    "c10d rendezvous: an unhealthy node stands aside, a spare takes its rank at once, and it comes "
+    "back as a spare",
+    "[c10d][integration]") {
+  Node a(options("node-a", 2, 2));
+  Node b(options("node-b", 2, 2));
+  join_in_order(a, 1, obs, 0);
+  join_in_order(b, 1, obs, 0);
+  REQUIRE(a.info().group_rank == 0);
+  Node spare(options("spare", 2, 2));
+  join_in_order(spare, 1, obs, 0);
+  CHECK_FALSE(spare.ready(200ms));
+
+  b.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 1, "rank 1 failed", 1});
+  a.rdzv->stand_aside("GPU 1 is lost");  // before its join: the health check failed
+  const std::string unhealthy = "ddprun/" + kRunId + "/unhealthy/node-a";
+  CHECK(obs.get(unhealthy) == "GPU 1 is lost");
+  CHECK(obs.check({rkey(0, "lost/0")}));
+  join_in_order(b, 1, obs, 1);
+  REQUIRE(spare.ready(5s));
+  REQUIRE(b.ready(5s));
+  RendezvousInfo is = spare.info(), ib = b.info();
+  CHECK(is.group_rank == 0);  // a's rank
+  CHECK(ib.group_rank == 1);
+  CHECK(ib.dropped_nodes.empty());  // it stood aside alive: the restart stays counted
+  CHECK(obs.check({rkey(0, "aside/0")}));
+
+  // Healthy again, a joins: its reason is gone, and round 1 is full, so it waits as a spare.
+  a.join(1);
+  REQUIRE(eventually([&] { return obs.add(rkey(1, "joined"), 0) == 3; }));
+  CHECK_FALSE(obs.check({unhealthy}));
+  CHECK_FALSE(a.ready(200ms));
+  b.rdzv->stop_round(RoundStop{RoundStop::Kind::kDone, 1, "done", 0});
+  CHECK_THROWS_AS(a.info(), SpareNotNeededError);
 }
 
 TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a host whose workers failed twice sits out before joining",

@@ -1,7 +1,10 @@
-// Unit tests of the CPU backend's topology: peer records and host grouping.
+// Unit tests of the CPU backend's topology: peer records and host grouping, and the size of its shared
+// memory.
 #include "worker_sdk/src/topology.h"
 
 #include "catch_compat.h"
+#include "ddprun/process_group.h"
+#include "rendezvous/util/shm_layout.h"
 
 using namespace ddprun::sdk;
 
@@ -37,4 +40,11 @@ TEST_CASE("ranks are grouped by host, hosts ordered by their first rank", "[topo
 TEST_CASE("the detected host id is stable and names this host", "[topology]") {
   CHECK(detect_host_id() == detect_host_id());
   CHECK(detect_host_id().find('/') != std::string::npos);
+}
+
+// The agent's health check sizes /dev/shm's need with kDefaultShmSlotBytes: it must be the SDK's default.
+TEST_CASE("the shared-memory segment's default slot is the one the agent checks /dev/shm for", "[topology]") {
+  CHECK(ProcessGroupOptions{}.shm_slot_bytes == ddprun::kDefaultShmSlotBytes);
+  const ddprun::ShmLayout layout(8, ddprun::kDefaultShmSlotBytes);
+  CHECK(layout.total_bytes >= 8 * 2 * ddprun::ShmLayout::kSmallBytes + 4 * 9 * ddprun::kDefaultShmSlotBytes);
 }

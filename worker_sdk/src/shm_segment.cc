@@ -16,9 +16,6 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what + " of shared memory segment " + name);
 }
 
-size_t align_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
 
 std::byte* map(int fd, size_t bytes, const std::string& name) {
   // MAP_POPULATE: fault the pages in now, not in the first collective.
@@ -48,17 +45,6 @@ std::string shm_full_message(const std::string& name, size_t bytes) {
          "in Kubernetes), or use the TCP path with DDPRUN_CPU_TRANSPORT=tcp";
 }
 
-ShmLayout::ShmLayout(int n, size_t slot) : nranks(n) {
-  slot_bytes = align_up(slot < 8192 ? 8192 : slot, 4096);
-  bcast_bytes = 4 * slot_bytes;
-  constexpr size_t kPage = 4096, kLine = 64;
-  pids_off = align_up(sizeof(Header), kLine);
-  sync_off = align_up(pids_off + sizeof(int32_t) * n, kLine);
-  small_off = align_up(sync_off + sizeof(RankSync) * n, kPage);
-  sets_off = small_off + 2 * kSmallBytes * n;
-  bcast_off = sets_off + kSets * (n + 1) * slot_bytes;
-  total_bytes = bcast_off + 2 * bcast_bytes;
-}
 
 std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t bytes) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);

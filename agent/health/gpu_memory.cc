@@ -1,0 +1,45 @@
+#include "agent/health/gpu_memory.h"
+
+#include <thread>
+
+namespace ddprun::agent {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kPoll{50};
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+}  // namespace
+
+std::map<std::string, uint64_t> gpu_memory_used(Nvml& nvml, const std::vector<std::string>& gpus) {
+  std::map<std::string, uint64_t> used;
+  for (const auto& gpu : gpus) {
+    if (GpuState s = nvml.device(gpu); s.ok) used[gpu] = s.used_bytes;
+  }
+  return used;
+}
+
+GpuMemoryWait wait_for_gpu_memory(Nvml& nvml, const std::map<std::string, uint64_t>& baseline,
+                                  std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  GpuMemoryWait result;
+  while (true) {
+    result.still_held.clear();
+    for (const auto& [gpu, before] : baseline) {
+      GpuState s = nvml.device(gpu);
+      if (s.ok && s.used_bytes > before + kGpuMemorySlack) {
+        result.still_held.push_back("GPU " + gpu + ": " + mib(s.used_bytes - before) + " above the " +
+                                    mib(before) + " it used before the job");
+      }
+    }
+    result.waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (result.still_held.empty() || result.waited >= timeout) return result;
+    std::this_thread::sleep_for(kPoll);  // NVML has no event for a release
+  }
+}
+
+}  // namespace ddprun::agent
