@@ -171,11 +171,15 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
         return "\n".join(a.describe() for a in self.agents)
 
     def wait_for_training(self, agent, nodes):
-        """Waits until `agent` runs a round of `nodes` nodes in which rank 0 (on its host) logged a step."""
-        def training():
-            log = agent.log()
+        """Waits until `agent` (or one of a list of agents) runs a round of `nodes` nodes in which rank 0 (on its
+        host) logged a step."""
+        def on(one):
+            log = one.log()
             last = list(ROUND_LINE.finditer(log))[-1:]
             return last and int(last[0][3]) == nodes and re.search(r"step \d+/\d+ loss", log[last[0].end():])
+
+        def training():
+            return any(on(one) for one in (agent if isinstance(agent, list) else [agent]))
 
         wait_until(training, 90, f"training steps in a round of {nodes} nodes", self.describe_all)
 
