@@ -1,6 +1,7 @@
 // ddprun: the per-node launcher, a drop-in for torchrun.
 //
 //   ddprun [torchrun flags] script.py [script args]
+//   ddprun status [flags]      (launcher/status_command.h)
 //
 // Wiring only: command line -> LaunchConfig (validated, typed) -> rendezvous handler -> ElasticAgent, with
 // the AgentConfig of launcher/agent_config.h, after launcher/preflight.h's checks; --dry-run prints
@@ -32,6 +33,7 @@
 #include "launcher/preflight.h"
 #include "launcher/rendezvous_options.h"
 #include "launcher/slurm_port.h"
+#include "launcher/status_command.h"
 #include "launcher/torch_version.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
@@ -191,6 +193,10 @@ int main(int argc, char** argv) {
   // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
   // agent's destructors have stopped and reaped every worker.
   try {
+    if (argc >= 2 && std::string(argv[1]) == "status") {  // `ddprun status`: launcher/status_command.h
+      return ddprun::launcher::status_main(std::vector<std::string>(argv + 2, argv + argc),
+                                           ddprun::agent::current_environment());
+    }
     return run_launcher(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: internal error: %s\n", e.what());

@@ -113,6 +113,10 @@ void DynamicRendezvous::do_stand_aside(const std::string& reason) {
   unhealthy_ = true;
 }
 
+void DynamicRendezvous::do_publish_status(const std::string& doc) {
+  if (!external()) RendezvousBase::do_publish_status(doc);
+}
+
 void DynamicRendezvous::do_note_local_failure() {
   store_->add(key("failures/" + options_.identity), 1);
 }

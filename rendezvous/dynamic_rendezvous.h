@@ -128,6 +128,9 @@ class DynamicRendezvous final : public RendezvousBase {
   std::vector<int> do_lost_nodes() override;
   // Steps aside (step_aside) and records the reason under unhealthy/<identity> until the next join.
   void do_stand_aside(const std::string& reason) override;
+  // Not into an external store (etcd): `ddprun status` reads ddprun's store only.
+  void do_publish_status(const std::string& doc) override;
+  std::string identity() const override { return options_.identity; }
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
   std::optional<RoundStop> do_wait_round_stopped(std::chrono::milliseconds timeout) override;

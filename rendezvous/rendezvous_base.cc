@@ -1,6 +1,7 @@
 #include "rendezvous/rendezvous_base.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -137,6 +138,15 @@ void RendezvousBase::do_shutdown() {
   store_->close();
   watcher_->close();
   if (server_) server_->stop();
+}
+
+void RendezvousBase::do_publish_status(const std::string& doc) {
+  keys_.publish_status(*store_, identity(), doc, status_registered_);
+}
+
+std::string RendezvousBase::identity() const {
+  static const std::string mine = local_hostname() + ":" + std::to_string(::getpid());
+  return mine;
 }
 
 RendezvousStoreError RendezvousBase::store_failure(const StoreError& e) const {

@@ -97,6 +97,9 @@ class RendezvousBase : public RendezvousHandler {
   void do_set_closed() override;
   bool do_is_closed() override;
   void do_shutdown() override;
+  void do_publish_status(const std::string& doc) override;
+  // The agent's identity in status keys ("<host>:<pid>" unless the backend names its agents otherwise).
+  virtual std::string identity() const;
   RendezvousStoreError store_failure(const StoreError& e) const override;
 
   RoundKeys keys_;
@@ -110,6 +113,7 @@ class RendezvousBase : public RendezvousHandler {
  private:
   std::string endpoint_;  // set by connect()
   uint16_t port_ = 0;
+  bool status_registered_ = false;
   StoreSilence silence_{"", "", {}};  // watcher thread only; set by connect()
 };
 

@@ -138,6 +138,11 @@ class RendezvousHandler {
   void stand_aside(const std::string& reason) {
     guard([&] { do_stand_aside(reason); });
   }
+  // Publishes this agent's status document (agent/loop/status_report.h) where `ddprun status` reads it; a
+  // store request or two. Backends without a ddprun store ignore it. RendezvousStoreError.
+  void publish_status(const std::string& doc) {
+    guard([&] { do_publish_status(doc); });
+  }
 
  protected:
   virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;
@@ -150,6 +155,7 @@ class RendezvousHandler {
   virtual void do_note_local_failure() {}
   virtual std::vector<int> do_lost_nodes() { return {}; }
   virtual void do_stand_aside(const std::string& /*reason*/) {}
+  virtual void do_publish_status(const std::string& /*doc*/) {}
   // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
   // Implementations that know their store's endpoint make sure the message names it.
   virtual RendezvousStoreError store_failure(const StoreError& e) const {

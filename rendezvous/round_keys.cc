@@ -95,6 +95,15 @@ void RoundKeys::done(Store& store, int round, int nodes, int node_rank) const {
   }
 }
 
+void RoundKeys::publish_status(Store& store, const std::string& identity, const std::string& doc,
+                               bool& registered) const {
+  store.set(key("status/" + identity), doc);
+  if (registered) return;
+  const int64_t n = store.add(key("status/n"), 1);
+  store.set(key("status/" + std::to_string(n - 1)), identity);
+  registered = true;
+}
+
 void RoundKeys::leave(Store& store, int round, int nodes, bool wait) const {
   if (round < 0 || nodes <= 0) return;
   try {

@@ -6,10 +6,12 @@
 //   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
 //   r<round>/left      ADD counter of nodes leaving; the last one sets r<round>/left_all
 //   closed             the job is over: late agents must exit
-// and, outside the run's namespace, "/ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which the
-// node completing a round opens before any node can start that round's workers.
-// Stateless apart from the run id; every method is one to three store requests and may throw StoreError
-// (BadReplyError when a round's stop is unreadable); the handlers translate it.
+//   status/n, status/<i>, status/<identity>   `ddprun status` (launcher/job_status.h): how many agents
+//                      registered, the identity of the i-th, and each agent's status document (JSON)
+// and, outside the run's namespace, "/ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which
+// the node completing a round opens before any node can start that round's workers. Stateless apart from the
+// run id; every method is one to three store requests and may throw StoreError (BadReplyError when a round's
+// stop is unreadable); the handlers translate it.
 #pragma once
 
 #include <chrono>
@@ -43,6 +45,10 @@ class RoundKeys {
   // Must be called before the round's completion is published (its workers start after that).
   void open_worker_keyspace(Store& store, int round) const;
   bool is_closed(Store& store) const { return store.check({key("closed")}); }
+  // Publishes `identity`'s status document; the first call (registered false) also registers the identity
+  // in the status index (status/n, status/<i>) and sets `registered`. One request after the first.
+  void publish_status(Store& store, const std::string& identity, const std::string& doc,
+                      bool& registered) const;
   // Counts this node out of the round; the store host (`wait`) then waits up to 10 s until every node has
   // left, so that nobody loses the store in the middle of reading the round's end. Never throws.
   void leave(Store& store, int round, int nodes, bool wait) const;

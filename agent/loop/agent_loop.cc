@@ -40,6 +40,7 @@ AgentLoop::AgentLoop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler
       rdzv_(std::move(rendezvous)),
       job_{.host = local_hostname()},
       job_events_(config_, rdzv_->run_id(), job_),
+      status_(config_, *rdzv_, job_),
       watcher_(*rdzv_, events_) {}
 
 int AgentLoop::run() {
@@ -54,8 +55,11 @@ int AgentLoop::run() {
       return finish(group, end);
     }
   } catch (const StepFailed& failed) {
+    status_.set_group(nullptr);
+    status_.set_state("failed", failed.error);
     return job_events_.agent_failed(failed.exit_code, failed.error);
   } catch (const SpareUnused&) {
+    status_.set_state("done", "the job finished while this node waited as a hot spare");
     try {
       rdzv_->shutdown();
     } catch (const rdzv::RendezvousError& e) {
@@ -112,6 +116,7 @@ void AgentLoop::await_healthy() {
     const HealthReport report = check_health(config_, nvml_.get());
     if (report.healthy()) {
       if (failed > 0) {
+        status_.set_state("forming");
         spdlog::info(
             "this node is healthy again (checked in {}): it joins the job, as a spare if the job is full",
             duration_text(report.elapsed));
@@ -131,6 +136,7 @@ void AgentLoop::await_healthy() {
         "--nnodes "
         "MIN:MAX allows) and checks again in {} ({} of {} checks failed)",
         why, duration_text(h.retry_interval), failed, h.attempts);
+    status_.set_state("unhealthy", why);
     try {
       rdzv_->stand_aside(why);
     } catch (const rdzv::RendezvousError& e) {
@@ -165,6 +171,8 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
     processes_->prestart_missing(worker_launches(config_, rdzv::RendezvousInfo{}, no_paths, rdzv_->run_id()));
   }
   processes_->exit_on_signals(true);
+  status_.set_group(nullptr);
+  status_.set_state("forming");
   await_healthy();
   try {
     round = rdzv_->next_rendezvous(nproc);
@@ -216,6 +224,8 @@ WorkerGroup AgentLoop::assign(const rdzv::RendezvousInfo& round) {
 void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
   if (generations_++ > 0) await_gpu_memory();
+  status_.set_group(&group);
+  status_.set_state("running");
   watcher_.start(group.round.round);
   if (std::string error = processes_->spawn(group); !error.empty()) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
@@ -235,7 +245,9 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
     }
     const auto sample = progress.next(group);
     auto deadline = barrier;
-    if (sample && (!deadline || *sample < *deadline)) deadline = sample;
+    for (const auto& due : {sample, status_.next()}) {
+      if (due && (!deadline || *due < *deadline)) deadline = due;
+    }
     Event e;
     if (events_.pop(e, deadline)) {
       if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
@@ -244,6 +256,7 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
     } else if (sample && Clock::now() >= *sample && progress.sample(group, processes_->timer_requests())) {
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
     }
+    if (auto due = status_.next(); due && Clock::now() >= *due) status_.refresh();
   }
   watcher_.stop();
   return *round_end_;
@@ -253,6 +266,8 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
 // still join) and left, a temporary run directory removed on success.
 int AgentLoop::finish(const WorkerGroup& group, const RoundEnd& end) {
   job_events_.job_end(group, end.outcome == Outcome::kSucceeded);
+  status_.set_state(end.exit_code == kExitSuccess ? "done" : "failed",
+                    end.exit_code == kExitSuccess ? "" : "exit code " + std::to_string(end.exit_code));
   try {
     if (end.close_rendezvous) rdzv_->set_closed();
     rdzv_->shutdown();

@@ -27,6 +27,7 @@
 #include "agent/loop/event_queue.h"
 #include "agent/loop/job_events.h"
 #include "agent/loop/round_watcher.h"
+#include "agent/loop/status_report.h"
 #include "agent/loop/run_directory.h"
 #include "agent/loop/worker_processes.h"
 #include "agent/watchdog/progress_monitor.h"
@@ -83,6 +84,7 @@ class AgentLoop {
   JobState job_;  // changed by supervise() only
   EventQueue events_;
   JobEvents job_events_;
+  StatusReport status_;  // what `ddprun status` shows of this agent
   StragglerTracker stragglers_;          // the straggler report, across rounds
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)

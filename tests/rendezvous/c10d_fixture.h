@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "rendezvous/c10d_round.h"
@@ -66,6 +67,21 @@ inline void join_in_order(Node& node, int lws, StoreClient& obs, int round) {
   int64_t before = obs.add(rkey(round, "joined"), 0);
   node.join(lws);
   REQUIRE(eventually([&] { return obs.add(rkey(round, "joined"), 0) > before; }));
+}
+
+// Two nodes of a job with MIN = MAX = 2 (node-a, node-b) form round 0, in that order; their round.
+struct Pair {
+  Node a, b;
+  RendezvousInfo ia, ib;
+};
+inline std::unique_ptr<Pair> form_pair(const C10dStore& s, StoreClient& obs) {
+  auto p = std::unique_ptr<Pair>(
+      new Pair{Node(s.options("node-a", 2, 2)), Node(s.options("node-b", 2, 2)), {}, {}});
+  join_in_order(p->a, 1, obs, 0);
+  join_in_order(p->b, 1, obs, 0);
+  p->ia = p->a.info();
+  p->ib = p->b.info();
+  return p;
 }
 
 // A participant that vanishes: it joins round r as the next arrival, writes its descriptor, and stops.

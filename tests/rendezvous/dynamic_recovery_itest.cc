@@ -96,12 +96,10 @@ TEST_CASE_METHOD(
     "c10d rendezvous: with MIN = MAX a flapping node sits out while a spare takes its place, then "
     "waits as a spare itself",
     "[c10d][integration]") {
-  Node a(options("node-a", 2, 2));
-  Node b(options("node-b", 2, 2));
-  join_in_order(a, 1, obs, 0);
-  join_in_order(b, 1, obs, 0);
-  REQUIRE(a.info().group_rank == 0);
-  REQUIRE(b.info().group_rank == 1);
+  auto pair = form_pair(*this, obs);
+  Node &a = pair->a, &b = pair->b;
+  REQUIRE(pair->ia.group_rank == 0);
+  REQUIRE(pair->ib.group_rank == 1);
   Node spare(options("spare", 2, 2));
   join_in_order(spare, 1, obs, 0);  // round 0 is full: it waits
   CHECK_FALSE(spare.ready(200ms));
@@ -132,11 +130,9 @@ TEST_CASE_METHOD(
     "c10d rendezvous: an unhealthy node stands aside, a spare takes its rank at once, and it comes "
     "back as a spare",
     "[c10d][integration]") {
-  Node a(options("node-a", 2, 2));
-  Node b(options("node-b", 2, 2));
-  join_in_order(a, 1, obs, 0);
-  join_in_order(b, 1, obs, 0);
-  REQUIRE(a.info().group_rank == 0);
+  auto pair = form_pair(*this, obs);
+  Node &a = pair->a, &b = pair->b;
+  REQUIRE(pair->ia.group_rank == 0);
   Node spare(options("spare", 2, 2));
   join_in_order(spare, 1, obs, 0);
   CHECK_FALSE(spare.ready(200ms));

@@ -373,12 +373,10 @@ TEST_CASE_METHOD(
     "c10d rendezvous: once every node is done the round stops as done, a closed rendezvous turns late agents "
     "away",
     "[c10d][integration]") {
-  Node a(options("node-a", 2, 2));
-  Node b(options("node-b", 2, 2));
-  join_in_order(a, 1, obs, 0);
-  join_in_order(b, 1, obs, 0);
-  REQUIRE(a.info().round == 0);
-  REQUIRE(b.info().round == 0);
+  auto pair = form_pair(*this, obs);
+  Node &a = pair->a, &b = pair->b;
+  REQUIRE(pair->ia.round == 0);
+  REQUIRE(pair->ib.round == 0);
   a.rdzv->node_done();
   CHECK_FALSE(a.rdzv->wait_round_stopped(0ms));  // one of two nodes done
   b.rdzv->node_done();
