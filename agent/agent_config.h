@@ -83,6 +83,9 @@ struct AgentConfig {
   bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
   SupervisionPolicy supervision;
   HealthPolicy health;
+  // --metrics_port / --metrics_addr: the agent's HTTP endpoint (agent/metrics/metrics_server.h); 0 = none.
+  uint16_t metrics_port = 0;
+  std::string metrics_addr;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torch >= 2.1): the prefix of tee'd console lines, with

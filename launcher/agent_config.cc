@@ -55,6 +55,8 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.supervision.hang_timeout = millis(c.hang_timeout);
   a.supervision.max_no_progress_restarts = c.max_no_progress_restarts;
   a.health = c.health;
+  a.metrics_port = c.metrics_port;
+  a.metrics_addr = c.metrics_addr;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
       a.supervision.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 
 #include "rendezvous/rendezvous_handler.h"
@@ -58,6 +59,15 @@ std::string value_text(const json& v) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.get<std::string>();
   return v.dump();
+}
+
+// "14:03:27": the local time of unix seconds `t`.
+std::string clock_text(const json& t) {
+  const time_t secs = static_cast<time_t>(t.is_number() ? t.get<double>() : 0);
+  tm local{};
+  char buf[16] = "?";
+  if (::localtime_r(&secs, &local)) std::strftime(buf, sizeof buf, "%H:%M:%S", &local);
+  return buf;
 }
 
 // Columns padded to their widest cell.
@@ -191,7 +201,8 @@ std::string status_table(const json& s) {
       << s["state"].get<std::string>();
   if (s["round"].is_number()) out << ", round " << s["round"].get<int>();
   out << ", restarts " << s["restarts"]["used"].get<int>() << " of " << s["restarts"]["max"].get<int>()
-      << ", " << s["nodes"].size() << " node(s), " << s["ranks"].size() << " rank(s)\n\n";
+      << ", " << s["nodes"].size() << " node(s), " << s["ranks"].size() << " rank(s), read at "
+      << clock_text(s["time"]) << "\n\n";
   std::vector<std::vector<std::string>> rows{
       {"NODE", "HOST", "AGENT PID", "STATE", "HEARTBEAT", "LOCAL", "RANKS", "RESTARTS CAUSED", "DETAIL"}};
   for (const json& n : s["nodes"]) {

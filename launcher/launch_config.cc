@@ -8,7 +8,7 @@
 #include "agent/worker_env.h"  // virtual_device
 #include "launcher/flag_table.h"
 #include "launcher/flag_values.h"
-#include "launcher/health_flags.h"
+#include "launcher/operation_flags.h"
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_launch.h"
 #include "rendezvous/store/endpoint.h"
@@ -297,7 +297,7 @@ class Parser {
   void launch(LaunchConfig& c) {
     c.max_restarts = int_at_least(get("--max_restarts"), 0);
     c.max_no_progress_restarts = int_at_least(get("--max_no_progress_restarts"), 0);
-    c.health = parse_health_flags([this](const std::string& flag) { return get(flag); });
+    parse_operation_flags([this](const std::string& flag) { return get(flag); }, c);
     c.monitor_interval = seconds(get("--monitor_interval"));
     c.start_method = one_of(get("--start_method"), {"spawn", "fork", "forkserver"});
     Given role = get("--role");

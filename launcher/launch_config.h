@@ -122,7 +122,9 @@ struct LaunchConfig {
   bool torchrun_exit_codes = false;
   double hang_timeout = 0;           // seconds, 0 = off (flag --hang_timeout, ddprun extension)
   int max_no_progress_restarts = 0;  // 0 = off (flag --max_no_progress_restarts, ddprun extension)
-  agent::HealthPolicy health;        // --health_check* and --gpu_memory_wait (launcher/health_flags.h)
+  agent::HealthPolicy health;        // --health_check* and --gpu_memory_wait (launcher/operation_flags.h)
+  uint16_t metrics_port = 0;         // --metrics_port: the agent's /metrics, /healthz, /readyz; 0 = none
+  std::string metrics_addr;          // --metrics_addr: the address it binds; "" = every interface
   // Bytes the store this agent hosts (node 0's, the c10d host's, a standby) may hold for its clients
   // (--store_memory_budget, ddprun extension; rendezvous/store/store_server.h's memory_budget).
   uint64_t store_memory_budget = uint64_t{256} << 20;

@@ -140,6 +140,11 @@ void RendezvousBase::do_shutdown() {
   if (server_) server_->stop();
 }
 
+std::optional<StoreServerStats> RendezvousBase::hosted_store_stats() {
+  if (!server_) return std::nullopt;
+  return server_->stats();
+}
+
 void RendezvousBase::do_publish_status(const std::string& doc) {
   keys_.publish_status(*store_, identity(), doc, status_registered_);
 }

@@ -41,6 +41,7 @@ class RendezvousBase : public RendezvousHandler {
   // The store's port: the one configured, or the one picked when this node hosts the store on port 0.
   uint16_t store_port() const { return port_; }
   bool hosts_store() const { return server_ != nullptr; }
+  std::optional<StoreServerStats> hosted_store_stats() override;
 
  protected:
   struct Timeouts {

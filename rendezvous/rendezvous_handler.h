@@ -21,6 +21,7 @@
 #include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store/store.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_stats.h"
 
 namespace ddprun::rdzv {
 
@@ -143,6 +144,8 @@ class RendezvousHandler {
   void publish_status(const std::string& doc) {
     guard([&] { do_publish_status(doc); });
   }
+  // The statistics of the store this agent hosts (for its metrics); nullopt when it hosts none. Never throws.
+  virtual std::optional<StoreServerStats> hosted_store_stats() { return std::nullopt; }
 
  protected:
   virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;

@@ -9,6 +9,9 @@ packages=(
   build-essential cmake ninja-build pkg-config git ccache
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
+  # the agent's metrics (prometheus-cpp); the tests scrape them with a real Prometheus and check them with
+  # promtool (prometheus), and drive `ddprun status --watch` in tmux
+  prometheus-cpp-dev prometheus tmux
   libtorch-dev python3-torch
   clang libclang-rt-14-dev
   iproute2 procps psmisc

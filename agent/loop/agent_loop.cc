@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -94,6 +95,18 @@ void AgentLoop::prepare() {
   }
   processes_->start();
   foreground_terminal_ = stdin_is_foreground_terminal();
+  if (config_.metrics_port != 0) {
+    metrics_.emplace();
+    try {
+      metrics_server_ = std::make_unique<MetricsServer>(
+          config_.metrics_addr, config_.metrics_port, [this] { return metrics_->text(); },
+          [this] { return ready_.load(); });
+    } catch (const std::system_error& e) {
+      spdlog::error("{}; choose another --metrics_port (or --metrics_addr)", e.what());
+      throw StepFailed{kExitUsage, e.what()};
+    }
+    spdlog::info("serving /metrics, /healthz and /readyz on port {}", metrics_server_->port());
+  }
   if (config_.health.builtin || config_.health.gpu_memory_wait.count() > 0) {
     std::string why;
     nvml_ = Nvml::load(config_.base_env, why);
@@ -146,6 +159,10 @@ void AgentLoop::await_healthy() {
   }
 }
 
+void AgentLoop::refresh_metrics(const WorkerGroup* group) {
+  if (metrics_) metrics_->refresh(job_.restarts_done, group, rdzv_->hosted_store_stats());
+}
+
 void AgentLoop::await_gpu_memory() {
   if (!nvml_ || gpu_baseline_.empty() || config_.health.gpu_memory_wait.count() == 0) return;
   const GpuMemoryWait w = wait_for_gpu_memory(*nvml_, gpu_baseline_, config_.health.gpu_memory_wait);
@@ -171,6 +188,8 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
     processes_->prestart_missing(worker_launches(config_, rdzv::RendezvousInfo{}, no_paths, rdzv_->run_id()));
   }
   processes_->exit_on_signals(true);
+  ready_ = false;
+  refresh_metrics(nullptr);
   status_.set_group(nullptr);
   status_.set_state("forming");
   await_healthy();
@@ -188,6 +207,7 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
     throw StepFailed{kExitRendezvousFailed, e.what()};
   }
   job_events_.duration("RENDEZVOUS", start);
+  if (metrics_) metrics_->rendezvous_done(Clock::now() - start);
   if (std::string given = give_back_restart(job_, round, config_.supervision); !given.empty()) {
     spdlog::warn("{}", given);
   }
@@ -229,7 +249,10 @@ void AgentLoop::spawn(WorkerGroup& group) {
   watcher_.start(group.round.round);
   if (std::string error = processes_->spawn(group); !error.empty()) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
+  } else {
+    ready_ = true;
   }
+  refresh_metrics(&group);
 }
 
 // Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's
@@ -250,15 +273,29 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
     }
     Event e;
     if (events_.pop(e, deadline)) {
+      if (metrics_ && e.kind == Event::Kind::kWorkerExited) metrics_->worker_exited(e.status);
       if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
     } else if (barrier && Clock::now() >= *barrier) {
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kBarrierTimeout});
     } else if (sample && Clock::now() >= *sample && progress.sample(group, processes_->timer_requests())) {
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
     }
-    if (auto due = status_.next(); due && Clock::now() >= *due) status_.refresh();
+    if (auto due = status_.next(); due && Clock::now() >= *due) {
+      status_.refresh();
+      refresh_metrics(&group);
+    }
   }
   watcher_.stop();
+  ready_ = false;
+  if (metrics_) {
+    const auto& stop = group.stop;
+    metrics_->round_ended(round_end_->outcome == Outcome::kRestart                 ? "failure"
+                          : round_end_->outcome == Outcome::kRejoin                ? "membership"
+                          : round_end_->outcome == Outcome::kSucceeded             ? "done"
+                          : stop && stop->kind == rdzv::RoundStop::Kind::kShutdown ? "signal"
+                                                                                   : "exit");
+    refresh_metrics(&group);
+  }
   return *round_end_;
 }
 

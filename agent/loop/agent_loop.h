@@ -15,6 +15,7 @@
 // Internal to the agent.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -27,9 +28,11 @@
 #include "agent/loop/event_queue.h"
 #include "agent/loop/job_events.h"
 #include "agent/loop/round_watcher.h"
-#include "agent/loop/status_report.h"
 #include "agent/loop/run_directory.h"
+#include "agent/loop/status_report.h"
 #include "agent/loop/worker_processes.h"
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/metrics_server.h"
 #include "agent/watchdog/progress_monitor.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
@@ -60,6 +63,8 @@ class AgentLoop {
   void await_healthy();
   // Before a generation that follows another: the old one's GPU memory released (agent/health/gpu_memory.h).
   void await_gpu_memory();
+  // --metrics_port: the gauges of agent/metrics/agent_metrics.h, with the status refresh.
+  void refresh_metrics(const WorkerGroup* group);
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);
@@ -84,7 +89,7 @@ class AgentLoop {
   JobState job_;  // changed by supervise() only
   EventQueue events_;
   JobEvents job_events_;
-  StatusReport status_;  // what `ddprun status` shows of this agent
+  StatusReport status_;                  // what `ddprun status` shows of this agent
   StragglerTracker stragglers_;          // the straggler report, across rounds
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)
@@ -93,7 +98,10 @@ class AgentLoop {
   std::unique_ptr<Nvml> nvml_;                    // from prepare() on, where libnvidia-ml loads
   std::map<std::string, uint64_t> gpu_baseline_;  // each GPU's used memory before the first workers
   int generations_ = 0;                           // worker generations started on this node
-  RoundWatcher watcher_;                          // declared last: stopped first, while the rest still exists
+  std::optional<AgentMetrics> metrics_;           // with --metrics_port
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::atomic<bool> ready_{false};  // /readyz: the workers of a formed round run
+  RoundWatcher watcher_;            // declared last: stopped first, while the rest still exists
 };
 
 }  // namespace ddprun::agent

@@ -255,6 +255,7 @@ StoreServerStats StoreServer::stats() const {
   s.buffered_bytes = impl_->buffered();
   s.shared_bytes = impl_->shared.bytes();
   s.peak_buffered_bytes = impl_->peak_buffered;
+  s.memory_budget = impl_->options.memory_budget;
   return s;
 }
 

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "rendezvous/store/store_stats.h"
 #include "rendezvous/store/wire_codec.h"
 
 namespace ddprun::rdzv {
@@ -64,19 +65,6 @@ struct StoreServerOptions {
   std::vector<std::pair<std::string, std::string>> preset;
 };
 
-struct StoreServerStats {
-  size_t connections = 0;
-  uint64_t accepted = 0;
-  uint64_t refused = 0;  // closed at accept: over max_connections
-  uint64_t dropped = 0;  // closed for misbehaviour (silent ones reclaimed included)
-  uint64_t requests = 0;
-  int64_t keys = 0;
-  size_t pending_waits = 0;
-  size_t stored_bytes = 0;
-  size_t buffered_bytes = 0;       // held for clients now (see memory_budget), shared_bytes included
-  size_t shared_bytes = 0;         // of which stored values referenced by queued replies, each counted once
-  size_t peak_buffered_bytes = 0;  // the most ever held at once
-};
 
 // The default memory budget: four of the largest values the limits admit (256 MiB with the default limits):
 // the largest request (a COMPARE_SET or MULTI_SET carries two values) twice over, so that a client sending it

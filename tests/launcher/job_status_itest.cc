@@ -100,8 +100,9 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
                               {"step_time_s", 0.125},
                               {"straggler", nullptr}});
   const std::string table = launcher::status_table(s);
-  CHECK_THAT(table, Catch::Contains(
-                        "job job7 at h0:29400: running, round 1, restarts 1 of 3, 3 node(s), 4 rank(s)"));
+  CHECK_THAT(table,
+             Catch::Contains(
+                 "job job7 at h0:29400: running, round 1, restarts 1 of 3, 3 node(s), 4 rank(s), read at "));
   CHECK_THAT(table, Catch::Contains("spare"));
   CHECK_THAT(table, Catch::Contains("0.125 s"));
 

@@ -99,6 +99,8 @@ std::vector<ValueFlag> value_flags() {
        [=](C c) { return num(c.health.attempts); }, "5"},
       {{"--health_check_builtin", "--health-check-builtin"}, "PET_HEALTH_CHECK_BUILTIN", {}, "off",
        [=](C c) { return num(int(c.health.builtin)); }, "0"},
+      {{"--metrics_port", "--metrics-port"}, "PET_METRICS_PORT", {}, "9100", [=](C c) { return num(c.metrics_port); }, "9100"},
+      {{"--metrics_addr", "--metrics-addr"}, "PET_METRICS_ADDR", {}, " 10.0.0.5 ", [](C c) { return c.metrics_addr; }, "10.0.0.5"},
       {{"--gpu_memory_wait", "--gpu-memory-wait"}, "PET_GPU_MEMORY_WAIT", {}, "0.25",
        [=](C c) { return num(c.health.gpu_memory_wait.count()); }, "250"},
   };
@@ -146,6 +148,7 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.health.command_timeout == std::chrono::seconds(60));
   CHECK(c.health.retry_interval == std::chrono::seconds(10));
   CHECK(c.health.gpu_memory_wait == std::chrono::seconds(30));
+  CHECK(c.metrics_port == 0);
   CHECK(c.training_script == "train.py");
   CHECK(c.training_script_args.empty());
   CHECK(o.gpu_calls == 0);
@@ -328,6 +331,7 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--health_check_attempts", "0", "t.py"}, {}, {"--health_check_attempts", "'0'"}},
       {{"--health_check_builtin", "yes", "t.py"}, {}, {"--health_check_builtin", "'yes'", "on"}},
       {{"--gpu_memory_wait", "-1", "t.py"}, {}, {"--gpu_memory_wait", "'-1'"}},
+      {{"--metrics_port", "99999", "t.py"}, {}, {"--metrics_port", "'99999'"}},
       {{"--max_restarts", "1.5", "t.py"}, {}, {"--max_restarts", "'1.5'"}},
       {{"--monitor_interval", "-1", "t.py"}, {}, {"--monitor_interval", "'-1'"}},
       {{"--shutdown_timeout", "soon", "t.py"}, {}, {"--shutdown_timeout", "'soon'"}},

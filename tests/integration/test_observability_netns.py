@@ -1,5 +1,9 @@
-"""`ddprun status` on real hosts (network namespaces, tests/integration/netns_hosts.py): a c10d job of 2 hosts x 2
-real gloo DDP ranks (scripts/examples/ddp_train.py) is read from a third host, where no agent runs:
+"""`ddprun status` and the agents' metrics on real hosts (network namespaces, tests/integration/netns_hosts.py): a
+c10d job of 2 hosts x 2 real gloo DDP ranks (scripts/examples/ddp_train.py), every agent with --metrics_port, is
+watched from a third host, where no agent runs:
+  - a real Prometheus on host 3 scrapes both agents; after the crash below its HTTP API reports
+    ddprun_restarts_total 1; `promtool check metrics` accepts an agent's /metrics; /healthz and /readyz answer
+    200 while the job trains;
   - while it trains: state running, 2 nodes, 4 ranks, no restart; the table shows the same;
   - after a crash (rank 0 exits once) and the restart: restarts used 1, the node whose worker failed caused it,
     and the node ranks kept;
@@ -8,13 +12,19 @@ real gloo DDP ranks (scripts/examples/ddp_train.py) is read from a third host, w
 """
 import json
 import os
+import shutil
 import subprocess
 import time
 import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from netns_hosts import CLUSTER, DDPRUN, NPROC, HostsTestCase, address, wait_until
 
 PORT = 29421
+METRICS = 29431
+PROMETHEUS = f"{address(3)}:9090"
 
 
 class StatusOnHosts(HostsTestCase):
@@ -25,6 +35,36 @@ class StatusOnHosts(HostsTestCase):
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
         return done.returncode, done.stdout, done.stderr
 
+    def http(self, url):
+        """(status, body) of a GET from this (the root) namespace, which reaches the hosts over the bridge."""
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def start_prometheus(self):
+        """Prometheus on host 3, scraping both agents every second; stopped at the test's end."""
+        config = self.path("prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                    "  - job_name: ddprun\n    static_configs:\n"
+                    f"      - targets: ['{address(1)}:{METRICS}', '{address(2)}:{METRICS}']\n")
+        log = open(self.path("prometheus.log"), "wb")
+        proc = subprocess.Popen(["bash", CLUSTER, "exec", "3", shutil.which("prometheus"), f"--config.file={config}",
+                                 f"--storage.tsdb.path={self.path('tsdb')}", f"--web.listen-address={PROMETHEUS}"],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        return proc
+
+    def prometheus_value(self, query):
+        """The value of an instant PromQL query (one series), or None."""
+        status, body = self.http(f"http://{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": query}))
+        if status != 200:
+            return None
+        result = json.loads(body)["data"]["result"]
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
     def json_status(self):
         rc, out, err = self.status("--json")
         self.assertEqual(rc, 0, err)
@@ -32,8 +72,22 @@ class StatusOnHosts(HostsTestCase):
 
     def test_status_from_another_host_during_a_job_and_after_a_crash(self):
         crash = ("--fail-rank", "0", "--fail-file", self.path("crash"))
-        agents = [self.start_training(h, PORT, steps=4000, nnodes="2", extra=crash) for h in (1, 2)]
+        agents = [self.start_training(h, PORT, steps=4000, nnodes="2", extra=crash,
+                                      agent_args=("--metrics_port", str(METRICS))) for h in (1, 2)]
+        self.start_prometheus()
         self.wait_for_training(agents, nodes=2)
+        for h in (1, 2):
+            self.assertEqual(self.http(f"http://{address(h)}:{METRICS}/healthz")[0], 200)
+            self.assertEqual(self.http(f"http://{address(h)}:{METRICS}/readyz")[0], 200)
+        status, text = self.http(f"http://{address(1)}:{METRICS}/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn('ddprun_workers{state="running"} 2', text)
+        self.assertIn("ddprun_store_connections", text)  # host 1 hosts the store
+        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr + text)
+        wait_until(lambda: self.prometheus_value("count(up == 1)") == 2, 60, "Prometheus to scrape both agents",
+                   lambda: open(self.path("prometheus.log"), errors="replace").read()[-3000:])
+        self.assertEqual(self.prometheus_value("max(ddprun_restarts_total)"), 0)
 
         s = wait_until(lambda: (lambda j: j if j["state"] == "running" and len(j["ranks"]) == 2 * NPROC else None)(
             self.json_status()), 30, "status: running with 4 ranks", self.describe_all)
@@ -58,6 +112,10 @@ class StatusOnHosts(HostsTestCase):
         self.assertEqual(s["round"], 1, s)
         self.assertEqual({n["host"]: n["node_rank"] for n in s["nodes"]}, before, s)
         self.assertEqual(sorted(n["restarts_caused"] for n in s["nodes"]), [0, 1], s)
+        # Both agents counted the restart; Prometheus saw it.
+        wait_until(lambda: self.prometheus_value("min(ddprun_restarts_total)") == 1, 30,
+                   "Prometheus: ddprun_restarts_total 1 on both agents")
+        self.assertEqual(self.prometheus_value('sum(ddprun_rounds_total{reason="failure"})'), 2)
 
         # --watch redraws in place until Ctrl-C (tmux: a terminal of its own).
         session = f"ddprun-status-{os.getpid()}"
@@ -72,8 +130,8 @@ class StatusOnHosts(HostsTestCase):
                        lambda: screen())
             first = screen()
             time.sleep(2.5)
-            # Redrawn in place: one table on the screen, its heartbeat ages changed.
-            self.assertEqual(screen().count("RANK"), 1, screen())
+            # Redrawn in place: one table on the screen, read at a later second.
+            self.assertEqual(sum(line.startswith("RANK ") for line in screen().splitlines()), 1, screen())
             self.assertNotEqual(screen(), first)
             subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
             wait_until(lambda: subprocess.run(["tmux", "has-session", "-t", session],

@@ -1,0 +1,67 @@
+// AgentMetrics: what the agent's /metrics shows (agent/metrics/metrics_server.h; docs/observability.md lists
+// every metric), kept in a prometheus-cpp registry and written in Prometheus' text format by its
+// TextSerializer. Counters follow events (a rendezvous, a worker's exit, a round's end); gauges are set by
+// refresh() from the group, the agent's own process and, on the node that hosts it, the store.
+//
+// Threads: the agent loop updates; the metrics server's thread calls text(). prometheus-cpp's metrics are
+// thread-safe; refresh() and text() also take a mutex for the per-rank families they add and remove.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/process/worker_launch.h"
+#include "agent/worker_group.h"
+#include "rendezvous/store/store_stats.h"
+
+namespace ddprun::agent {
+
+class AgentMetrics {
+ public:
+  AgentMetrics();
+
+  void rendezvous_done(std::chrono::duration<double> took);
+  void worker_exited(const ExitStatus& status);
+  // A round ended: "failure" (a counted restart follows), "membership", "signal", "done", "exit".
+  void round_ended(const std::string& reason);
+  // Gauges: restarts counted so far, the group's workers (nullptr: none run), the store this agent hosts.
+  void refresh(int restarts_done, const WorkerGroup* group,
+               const std::optional<rdzv::StoreServerStats>& store);
+  std::string text();
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::mutex mu_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Counter>& rounds_;
+  prometheus::Family<prometheus::Counter>& exits_;
+  prometheus::Family<prometheus::Histogram>& rendezvous_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Family<prometheus::Gauge>& progress_age_;
+  prometheus::Family<prometheus::Gauge>& step_time_;
+  prometheus::Family<prometheus::Counter>& cpu_;
+  prometheus::Family<prometheus::Gauge>& rss_;
+  prometheus::Family<prometheus::Gauge>& store_connections_;
+  prometheus::Family<prometheus::Counter>& store_requests_;
+  prometheus::Family<prometheus::Gauge>& store_held_;
+  prometheus::Family<prometheus::Gauge>& store_budget_;
+  prometheus::Family<prometheus::Counter>& store_dropped_;
+  int restarts_seen_ = 0;
+  double cpu_seen_ = 0;
+  uint64_t store_requests_seen_ = 0, store_dropped_seen_ = 0;
+  prometheus::Histogram* rendezvous_hist_ = nullptr;
+  std::vector<prometheus::Gauge*> rank_series_age_, rank_series_step_;  // of ranks_round_
+  int ranks_round_ = -1;  // the round whose per-rank gauges exist
+};
+
+}  // namespace ddprun::agent
