@@ -47,8 +47,12 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
       StoreServerOptions so;
       so.port = options_.endpoint_port;
       so.memory_budget = options_.store_memory_budget;
+      loss_reporter_ = std::make_unique<LossReporter>(keys_, [this] { return round_.load(); });
+      so.on_connection_key_released = loss_reporter_->hook();
       store_at_.port = host_store(so);
+      loss_reporter_->start(store_at_.host, store_at_.port);
     } catch (const BindError& e) {
+      loss_reporter_.reset();
       if (options_.is_host.value_or(false)) throw;
       spdlog::info("rendezvous {}: {} is in use on this host; joining the agent that hosts it", run_id(),
                    store_at_.to_string());

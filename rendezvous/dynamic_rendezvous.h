@@ -67,6 +67,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/loss_reporter.h"
 #include "rendezvous/rendezvous_base.h"
 #include "rendezvous/store_failover.h"
 
@@ -207,7 +208,9 @@ class DynamicRendezvous final : public RendezvousBase {
 
   DynamicRendezvousOptions options_;
   int previous_rank_ = -1;
-  bool unhealthy_ = false;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
+  bool unhealthy_ = false;
+  // On the store host: ends the round when one of its agents' connections closes (loss_reporter.h).
+  std::unique_ptr<LossReporter> loss_reporter_;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
   Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
   StoreFailover failover_;
   std::vector<Endpoint> successors_;     // of the last round this node ran in

@@ -40,7 +40,7 @@ void check_log_dir(const AgentConfig& config, std::vector<std::string>& problems
 
 void check_shm(const AgentConfig& config, std::vector<std::string>& problems) {
   const int n = static_cast<int>(config.workers.size());
-  if (n < 2) return;
+  if (n < 2 || env_or(config.base_env, "DDPRUN_CPU_TRANSPORT", "") == "tcp") return;  // no segment then
   size_t slot = kDefaultShmSlotBytes;
   if (auto v = parse_uint(env_or(config.base_env, "DDPRUN_SHM_SLOT_BYTES", "")))
     slot = static_cast<size_t>(*v);

@@ -111,6 +111,7 @@ void KeyValueState::release_owner(uint64_t owner) {
       continue;
     }
     remove(it->first);
+    if (release_hook_) release_hook_(it->first);
     it = key_owner_.erase(it);
   }
 }

@@ -104,8 +104,12 @@ class KeyValueState {
   // `owner` (a session's id) SET the connection-bound `key`: it is removed when that owner releases, unless
   // another owner SET it since.
   void bind_to_owner(const std::string& key, uint64_t owner);
-  // The owner's connection closed: removes the connection-bound keys it still owns.
+  // The owner's connection closed: removes the connection-bound keys it still owns, and tells the release
+  // hook (set_release_hook) each key it removed.
   void release_owner(uint64_t owner);
+  // Called with every key release_owner removes (a killed agent's live/ key), synchronously: it must not
+  // block nor call back into this state.
+  void set_release_hook(std::function<void(const std::string& key)> hook) { release_hook_ = std::move(hook); }
 
   size_t pending_waits() const { return waiters_.size(); }
   // Keys with at least one waiter entry (a cancelled wait leaves none behind).
@@ -150,6 +154,7 @@ class KeyValueState {
   std::unordered_map<std::string, size_t> keyspace_refs_;  // prefix -> sessions bound to it
   std::unordered_map<std::string, uint64_t> key_owner_;    // connection-bound key -> its owner
   HandleId next_id_ = 1;
+  std::function<void(const std::string&)> release_hook_;
   size_t stored_bytes_ = 0;
 };
 

@@ -217,6 +217,9 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
   }
   impl_->self = impl_;
   for (const auto& [key, value] : impl_->options.preset) impl_->state.set(key, value);
+  if (impl_->options.on_connection_key_released) {
+    impl_->state.set_release_hook(impl_->options.on_connection_key_released);
+  }
   impl_->bind();
   impl_->accept();
 }

@@ -23,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,9 @@ struct StoreServerOptions {
   // each) until it is met again; stored keys do not count and are never dropped. 0: the default,
   // default_memory_budget(limits).
   size_t memory_budget = 0;
+  // Called on the server's thread with each connection-bound key (KeyValueState::connection_bound) removed
+  // because its connection closed: a killed agent's live/ key. Must not block.
+  std::function<void(const std::string& key)> on_connection_key_released;
   std::chrono::milliseconds request_timeout{30000};
   // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
   // than 90% of max_connections (torch 1.13's callback connection legitimately stays silent: only a server
@@ -64,7 +68,6 @@ struct StoreServerOptions {
   // Keys (as stored: with the client's "/" prefix) that hold their value before the first request is read.
   std::vector<std::pair<std::string, std::string>> preset;
 };
-
 
 // The default memory budget: four of the largest values the limits admit (256 MiB with the default limits):
 // the largest request (a COMPARE_SET or MULTI_SET carries two values) twice over, so that a client sending it

@@ -193,3 +193,43 @@ TEST_CASE_METHOD(C10dStore, "c10d rendezvous: a healthy agent on the host of a f
 }
 
 }  // namespace ddprun::rdzv
+
+namespace ddprun::rdzv {
+
+using namespace std::chrono_literals;
+using namespace testing;
+using namespace c10d_testing;
+
+// The store host's LossReporter: a member whose connection closes (a killed agent) ends the round at once as a
+// membership change; a spare that dies changes nothing.
+TEST_CASE("c10d rendezvous: the store host ends the round when a member's agent dies, not a spare's",
+          "[c10d][integration]") {
+  auto host_options = c10d(0, "node-a", 2, 2);
+  host_options.is_host = true;
+  Node host(host_options);
+  REQUIRE(host.rdzv->hosts_store());
+  const uint16_t port = host.rdzv->store_port();
+  StoreClient obs("127.0.0.1", port, observer_options());
+  Node b(c10d(port, "node-b", 2, 2));
+  join_in_order(host, 1, obs, 0);
+  join_in_order(b, 1, obs, 0);
+  REQUIRE(host.info().round == 0);
+  REQUIRE(b.info().round == 0);
+  // A spare's agent: it arrived after the close and holds its live key; then it is killed (its connection
+  // closes without a word).
+  auto spare = std::make_unique<StoreClient>("127.0.0.1", port, observer_options());
+  ghost_join(*spare, 0, "spare");
+  spare->set("ddprun/" + kRunId + "/live/spare", "1");
+  spare.reset();
+  REQUIRE(eventually([&] { return !obs.check({"ddprun/" + kRunId + "/live/spare"}); }));
+  CHECK_FALSE(eventually([&] { return obs.check({rkey(0, "stop")}); }, 300ms));
+
+  b.rdzv.reset();  // a member killed
+  REQUIRE(eventually([&] { return obs.check({rkey(0, "stop")}); }));
+  auto stop = decode_round_stop(obs.get(rkey(0, "stop")));
+  REQUIRE(stop);
+  CHECK(stop->kind == RoundStop::Kind::kMembership);
+  CHECK_THAT(stop->detail, Catch::Contains("node 1 lost"));
+}
+
+}  // namespace ddprun::rdzv

@@ -79,15 +79,22 @@ class ExampleTrain(unittest.TestCase):
         # A 4 MiB tmpfs on /dev/shm in a mount namespace of its own (a container's default is 64 MiB): the two
         # ranks' segment needs 5.1 MiB. Before posix_fallocate, mapping it succeeded and the first write past
         # 4 MiB (gradients of a 512-wide model fill every chunk of the segment) killed rank 0 with SIGBUS.
-        # Afterwards nothing of ddprun's is left in that /dev/shm; the TCP path the message suggests trains.
+        # Afterwards nothing of ddprun's is left in that /dev/shm; the TCP path the message suggests trains. The
+        # agent's health check now names the shortage first (exit 8); with it off, the SDK's own error shows.
         # /dev's mounts are made private first, so the small tmpfs never propagates to the machine's /dev/shm
         # (unshare's own --propagation private needs / to be a mount point: not so in the torch 2.6 root).
         script = ('mount --make-rprivate /dev || exit 91; mount -t tmpfs -o size=4m tmpfs /dev/shm || exit 90; '
                   '"$@"; rc=$?; echo "left in /dev/shm: [$(ls -A /dev/shm)]"; exit $rc')
-        cmd = ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script, "sh",
-               DDPRUN, "--standalone", "--nproc_per_node", "2", "--no_python", EXAMPLE, "--threads", "1",
-               "--hidden", "512", "--steps", "5", "--log-every", "0"]
-        rc, out = run(cmd)
+        def cmd(*flags):
+            return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script, "sh",
+                    DDPRUN, "--standalone", "--nproc_per_node", "2", *flags, "--no_python", EXAMPLE, "--threads",
+                    "1", "--hidden", "512", "--steps", "5", "--log-every", "0"]
+        # The agent's built-in health check finds it before any worker starts (agent/health/health_check.h).
+        rc, out = run(cmd("--health_check_attempts", "1"))
+        self.assertEqual(rc, 8, out)
+        self.assertIn("/dev/shm (the worker SDK's segment of 2 local ranks) has 4 MiB free, 5 MiB needed", out)
+        # Without it, the SDK itself says so, cleanly.
+        rc, out = run(cmd("--health_check_builtin", "off"))
         self.assertEqual(rc, 4, out)  # the example's exit code for a CollectiveError: a clean exit, no signal
         self.assertNotIn("SIGBUS", out)
         self.assertRegex(out, r"/dev/shm has no room for the shared memory segment /ddprun-\S+ "
@@ -95,7 +102,7 @@ class ExampleTrain(unittest.TestCase):
         self.assertIn("--shm-size", out)
         self.assertIn("DDPRUN_CPU_TRANSPORT=tcp", out)
         self.assertIn("left in /dev/shm: []", out)
-        rc, out = run(cmd, env={"DDPRUN_CPU_TRANSPORT": "tcp"})
+        rc, out = run(cmd(), env={"DDPRUN_CPU_TRANSPORT": "tcp"})  # no segment: the health check agrees
         self.assertEqual(rc, 0, out)
         self.assertIn("parameters identical", out)
         self.assertIn("left in /dev/shm: []", out)

@@ -1,0 +1,51 @@
+// LossReporter: on the node that hosts the job's store, ends the running round the moment one of its agents
+// dies. The store removes a killed agent's connection-bound live/<identity> key as its connection closes and
+// tells the hook (StoreServerOptions::on_connection_key_released, on the store's thread); the reporter's own
+// thread then, over a connection of its own, publishes the round's stop as a membership change (RoundKeys::
+// stop: a round already stopped stays as it is). The survivors' watchers see that stop at once, as for a
+// crash, instead of learning the loss only when one of their workers fails on the dead peer (gloo, NCCL) and
+// exits — which takes a torch 2.x worker a second or more.
+//
+// Only the current round's members count (the round's members key): a spare or an agent of an older round
+// that dies changes nothing. A node that stands aside deletes its own key (step_aside): not a release, no
+// stop.
+//
+// Threads: hook() may be called from any thread and never blocks; everything else on the owner's thread. The
+// destructor closes the queue and joins. A store error on the reporter's connection is logged (debug) and
+// dropped: the survivors' own detection still works.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "rendezvous/round_keys.h"
+
+namespace ddprun::rdzv {
+
+class LossReporter {
+ public:
+  // current_round(): the round this node runs now (-1: none).
+  LossReporter(RoundKeys keys, std::function<int()> current_round);
+  ~LossReporter();
+  LossReporter(const LossReporter&) = delete;
+  LossReporter& operator=(const LossReporter&) = delete;
+
+  // The store's release hook.
+  std::function<void(const std::string& key)> hook() const;
+  // Starts the thread, which reaches the store at host:port.
+  void start(const std::string& host, uint16_t port);
+
+ private:
+  struct Queue;
+  void run(const std::string& host, uint16_t port);
+
+  RoundKeys keys_;
+  std::function<int()> current_round_;
+  std::shared_ptr<Queue> queue_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,80 @@
+"""Unhealthy and flapping nodes on real hosts (network namespaces), with the jobs of test_multinode_recovery_netns.py
+(real gloo DDP workers, c10d, --prestart). What is tested is the agents' and the rendezvous' decisions, not the
+workers' torch: host torch only.
+  - an unhealthy node (its --health_check fails after a crash): with a spare waiting, the spare takes its node
+    rank, the restart stays counted, and once healthy the node comes back as a spare (which exits 0 when the job
+    ends without it); without a spare in the range 2:3, the job goes on with 2 nodes and the unhealthy agent
+    exits 8 after --health_check_attempts;
+  - a flapping node (its rank crashes in two attempts in a row) sits out while a spare takes its place.
+No timing is asserted.
+"""
+import os
+import unittest
+
+from netns_hosts import NPROC, wait_until
+from test_multinode_recovery_netns import RecoveryJob, rounds
+
+
+class NodeHealth(RecoveryJob):
+    def test_an_unhealthy_node_stands_aside_for_a_spare_and_comes_back_as_one(self):
+        agents, spare = self.start_with_spare(29416, self.crash_on_demand(),
+                                              lambda h: self.health_check(h, 2, "--health_check_attempts", "1000"))
+        sick = agents[1]
+        sick_rank = rounds(sick)[-1][1]
+        self.make("sick")
+        self.make("crash")
+        wait_until(lambda: len(rounds(spare)) == 1, 90, "the spare to take a place", self.describe_all)
+        self.assertEqual(rounds(spare)[0][1], sick_rank, spare.describe())
+        self.assertIn("this node is unhealthy: --health_check", sick.log(), sick.describe())
+        os.unlink(self.path("sick"))
+        wait_until(lambda: "this node is healthy again" in sick.log()
+                   and sick.log().count("waits as a hot spare") >= 1, 60, "host 2 back as a spare", self.describe_all)
+        survivors = [agents[0], agents[2]]
+        self.wait_for_training(survivors + [spare], nodes=3)
+        results = self.finish(survivors + [spare, sick], 3 * NPROC)  # the unused spare exits 0 too
+        self.assertEqual(len(rounds(sick)), 1, sick.describe())
+        self.assertIn("while this node waited as a hot spare", sick.log(), sick.describe())
+        for agent in survivors:
+            seen = rounds(agent)
+            self.assertEqual(seen[-1][1], seen[0][1], f"a survivor's node rank changed: {seen}\n{agent.describe()}")
+            # A node that stood aside alive is not lost: the restart stays counted.
+            self.assertIn("restarting the worker group (1 of 3 restarts)", agent.log(), agent.describe())
+            self.assertNotIn("the restart is charged to their loss", agent.log(), agent.describe())
+        self.assertEqual(results[0]["attempt"], 1, results)
+
+    def test_an_unhealthy_node_without_a_spare_leaves_an_elastic_job_and_exits_8(self):
+        agents = [self.start(h, 29417, "2:3", self.crash_on_demand(),
+                             self.health_check(h, 3, "--health_check_attempts", "3")) for h in (1, 2, 3)]
+        self.wait_for_training(agents[0], nodes=3)
+        sick = agents[2]
+        self.make("sick")
+        self.make("crash")
+        self.assertEqual(sick.wait(90), 8, sick.describe())
+        self.assertIn("failed 3 health checks in a row", sick.log(), sick.describe())
+        self.wait_for_training(agents[:2], nodes=2)
+        results = self.finish(agents[:2], 2 * NPROC)
+        self.assertEqual(len(rounds(sick)), 1, sick.describe())
+        self.assertEqual(results[0]["attempt"], 1, results)
+
+    def test_a_flapping_node_sits_out_while_a_spare_runs(self):
+        # Rank 3 crashes in attempts 0 and 1: its node's agent caused two failures and sits out (the cooldown)
+        # while the spare takes its place; after its cooldown it waits as a spare.
+        flapping = ("--fail-rank", "3", "--fail-step", "15", "--fail-until-attempt", "2")
+        agents, spare = self.start_with_spare(29418, flapping)
+        wait_until(lambda: len(rounds(spare)) == 1, 300, "the spare to take a place", self.describe_all)
+        out = [a for a in agents if "keeping this node out for" in a.log()]
+        self.assertEqual(len(out), 1, self.describe_all())
+        self.assertEqual(rounds(spare)[0][1], rounds(out[0])[-1][1], self.describe_all())
+        wait_until(lambda: "waits as a hot spare" in out[0].log(), 60, "the flapping node to wait as a spare",
+                   self.describe_all)
+        self.wait_for_training(agents + [spare], nodes=3)
+        results = self.finish(agents + [spare], 3 * NPROC)
+        self.assertEqual(len(rounds(out[0])), 2, out[0].describe())
+        for agent in agents:
+            if agent is not out[0]:
+                self.assertIn("restarting the worker group (2 of 3 restarts)", agent.log(), agent.describe())
+        self.assertEqual(results[0]["attempt"], 2, results)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
