@@ -335,6 +335,20 @@ int shutdown_signal(const RoundStop& stop) {
   return by_signal ? stop.exit_code - 128 : 0;
 }
 
+const char* worker_state_name(WorkerState s) {
+  switch (s) {
+    case WorkerState::kHealthy:
+      return "running";
+    case WorkerState::kSucceeded:
+      return "succeeded";
+    case WorkerState::kFailed:
+      return "failed";
+    case WorkerState::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
 std::string give_back_restart(JobState& job, const rdzv::RendezvousInfo& round, const SupervisionPolicy& p) {
   const bool counted = std::exchange(job.restart_counted, false);
   if (!counted || round.dropped_nodes.empty() || job.restarts_done == 0) return "";

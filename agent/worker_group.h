@@ -51,6 +51,8 @@ enum class WorkerState {
   kFailed,     // exited non-zero or by a signal on its own
   kStopped,    // exited after the agent began stopping the group
 };
+// "running", "succeeded", "failed", "stopped": as `ddprun status` and the metrics name them.
+const char* worker_state_name(WorkerState s);
 
 // One local worker of one round: its blueprint resolved for the round (argv, environment, output routing, log
 // files), its process and its state.

@@ -18,20 +18,6 @@ using json = nlohmann::json;
 constexpr std::chrono::seconds kMinGap{1};
 constexpr size_t kMaxDetail = 200;
 
-const char* state_name(WorkerState s) {
-  switch (s) {
-    case WorkerState::kHealthy:
-      return "running";
-    case WorkerState::kSucceeded:
-      return "succeeded";
-    case WorkerState::kFailed:
-      return "failed";
-    case WorkerState::kStopped:
-      return "stopped";
-  }
-  return "unknown";
-}
-
 // Seconds since `file` was last written; null when it does not exist.
 json age_of(const std::filesystem::path& file) {
   struct stat st {};
@@ -80,7 +66,7 @@ std::string StatusReport::document() const {
       ranks.push_back({{"rank", w.rank},
                        {"local_rank", w.local_rank},
                        {"pid", w.pid},
-                       {"state", state_name(w.state)},
+                       {"state", worker_state_name(w.state)},
                        {"progress_age_s", age_of(w.paths.progress_file)},
                        {"step", step},
                        {"step_time_s", step_time}});

@@ -33,20 +33,6 @@ double own_rss_bytes() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-const char* state_label(WorkerState s) {
-  switch (s) {
-    case WorkerState::kHealthy:
-      return "running";
-    case WorkerState::kSucceeded:
-      return "succeeded";
-    case WorkerState::kFailed:
-      return "failed";
-    case WorkerState::kStopped:
-      return "stopped";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 AgentMetrics::AgentMetrics()
@@ -152,7 +138,7 @@ void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
   }
   if (group) {
     for (const Worker& w : group->workers) {
-      states[state_label(w.state)] += 1;
+      states[worker_state_name(w.state)] += 1;
       const prometheus::Labels labels{{"rank", std::to_string(w.rank)},
                                       {"local_rank", std::to_string(w.local_rank)}};
       if (auto beat = read_heartbeat(w.paths.progress_file)) {
