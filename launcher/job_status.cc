@@ -6,6 +6,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "agent/loop/event_queue.h"
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/round_keys.h"
 
@@ -14,10 +15,6 @@ namespace ddprun::launcher {
 namespace {
 
 using json = nlohmann::json;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // A number field of `j`, or `fallback` when it is absent or null.
 template <class T>
@@ -106,7 +103,7 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
   for (const auto& id : identities) doc_keys.push_back(keys.key("status/" + id));
   const std::vector<std::string> texts = store.multi_get(doc_keys);
   const bool closed = store.check({keys.key("closed")});
-  const double now = unix_now();
+  const double now = agent::unix_now();
 
   std::vector<json> docs;
   int round = -1;

@@ -60,10 +60,13 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string("ddprun status: ") + e.what() + " (see ddprun status --help)");
   }
+  // The flag's value, else its PET_ variable's; the Given names where it came from (for messages).
   auto pick = [&](std::string& value, const std::string& flag, const char* pet) {
-    return Given{flag, value = value.empty() ? env_or(env, pet, "") : value, value.empty() ? pet : ""};
+    const bool from_env = value.empty();
+    if (from_env) value = env_or(env, pet, "");
+    return Given{flag, value, from_env && !value.empty() ? pet : ""};
   };
-  const Given g_backend = pick(backend, "--rdzv_backend", "PET_RDZV_BACKEND");
+  pick(backend, "--rdzv_backend", "PET_RDZV_BACKEND");
   if (backend.empty()) backend = "static";
   if (backend != "static" && backend != "c10d") {
     throw UsageError("ddprun status: --rdzv_backend " + backend +
@@ -94,7 +97,6 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
                            master_port.empty() ? uint16_t{29500} : parse_master_port(g_port)});
   }
   if (!run_id.empty()) o.run_id = run_id;
-  (void)g_backend;
   return o;
 }
 

@@ -2,16 +2,14 @@
 
 #include <thread>
 
+#include "rendezvous/util/text_util.h"
+
 namespace ddprun::agent {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kPoll{50};
-
-std::string mib(uint64_t bytes) {
-  return std::to_string(bytes >> 20) + " MiB";
-}
 
 }  // namespace
 
@@ -32,8 +30,8 @@ GpuMemoryWait wait_for_gpu_memory(Nvml& nvml, const std::map<std::string, uint64
     for (const auto& [gpu, before] : baseline) {
       GpuState s = nvml.device(gpu);
       if (s.ok && s.used_bytes > before + kGpuMemorySlack) {
-        result.still_held.push_back("GPU " + gpu + ": " + mib(s.used_bytes - before) + " above the " +
-                                    mib(before) + " it used before the job");
+        result.still_held.push_back("GPU " + gpu + ": " + mib_text(s.used_bytes - before) + " above the " +
+                                    mib_text(before) + " it used before the job");
       }
     }
     result.waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);

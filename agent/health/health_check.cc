@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string mib(uint64_t bytes) {
-  return std::to_string(bytes >> 20) + " MiB";
-}
-
 std::string env_or(const Env& env, const std::string& name, const std::string& fallback) {
   auto it = env.find(name);
   return it == env.end() ? fallback : it->second;
@@ -116,8 +112,8 @@ std::string room_problem(const std::string& what, const std::string& dir, uint64
   if (::statvfs(dir.c_str(), &fs) != 0) return what + " " + dir + " cannot be read: " + std::strerror(errno);
   const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (free >= need) return "";
-  return what + " " + (what.find(dir) == std::string::npos ? dir + " " : "") + "has " + mib(free) +
-         " free, " + mib(need) + " needed";
+  return what + " " + (what.find(dir) == std::string::npos ? dir + " " : "") + "has " + mib_text(free) +
+         " free, " + mib_text(need) + " needed";
 }
 
 HealthReport check_health(const AgentConfig& config, Nvml* nvml) {

@@ -30,6 +30,10 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string mib_text(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
 std::string trim(const std::string& s) {
   auto b = s.find_first_not_of(" \t\n");
   if (b == std::string::npos) return "";

@@ -38,6 +38,8 @@ std::optional<uint64_t> parse_uint(std::string_view text);
 // "64K" / "64KiB" (x 1024), "256M" / "256MiB", "1G" / "1GiB". nullopt for anything else or a size that does
 // not fit 64 bits.
 std::optional<uint64_t> parse_byte_size(std::string_view text);
+// Whole mebibytes, for messages: "12 MiB".
+std::string mib_text(uint64_t bytes);
 // Python's string.Template(text).safe_substitute(values): "$name" and "${name}" (name: an ASCII letter or
 // '_', then letters, digits, '_'; the longest such run) become values[name] when it is there and stay as they
 // are otherwise; "$$" becomes "$"; any other '$' is kept. torchrun uses it for ${local_rank} in script
