@@ -86,6 +86,10 @@ struct AgentConfig {
   // --metrics_port / --metrics_addr: the agent's HTTP endpoint (agent/metrics/metrics_server.h); 0 = none.
   uint16_t metrics_port = 0;
   std::string metrics_addr;
+  // --straggler_factor: the job-wide straggler rule (agent/loop/straggler_watch.h); 0 = off.
+  double straggler_factor = 1.5;
+  // --event_log_handler file:PATH: the agent's lifecycle events as JSON lines (agent/loop/lifecycle_log.h).
+  std::filesystem::path event_log_file;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torch >= 2.1): the prefix of tee'd console lines, with

@@ -15,9 +15,10 @@ namespace {
 // What hang detection and torch's FileTimer give a worker (agent/agent_config.h).
 void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
   if (file_timer_enabled(config)) env["TORCHELASTIC_TIMER_FILE"] = timer_file(config, p.run_dir).string();
-  if (config.supervision.max_no_progress_restarts > 0) env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
+  // Every rank's heartbeat file: its steps for hang detection, --max_no_progress_restarts and `ddprun
+  // status`, its time before the first collective for the straggler report.
+  env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
   if (config.supervision.hang_timeout.count() > 0) {
-    env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
     // torch's NCCL flight recorder (GPU jobs): record, dump on its own timeout into the rank's log directory,
     // and open the pipe through which the agent asks for a dump when it finds the group hung. A user's own
     // settings win.

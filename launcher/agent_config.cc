@@ -56,6 +56,8 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
   a.supervision.max_no_progress_restarts = c.max_no_progress_restarts;
   a.health = c.health;
   a.metrics_port = c.metrics_port;
+  a.straggler_factor = c.straggler_factor;
+  a.event_log_file = c.event_log_file;
   a.metrics_addr = c.metrics_addr;
   if (c.slurm) {  // scancel, preemption, time limit, srun --signal: incomplete, may be requeued
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})

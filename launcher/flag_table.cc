@@ -30,7 +30,7 @@ constexpr FlagSpec kFlags[] = {
      "spawn", false},
     {K::kValue, "--event_log_handler,--event-log-handler", "EVENT_LOG_HANDLER",
      "torchrun's agent event handler: null, console (one JSON line per event on stderr) or "
-     "dynamic_rendezvous",
+     "dynamic_rendezvous; or file:PATH (ddprun's lifecycle events as JSON lines appended to PATH)",
      "null", false},
     {K::kValue, "--role", "ROLE", "User-defined role name of the workers", "default", false},
     {K::kSwitch, "-m,--module", "MODULE", "Run the script as a Python module (python -m)", "", false},
@@ -101,6 +101,10 @@ constexpr FlagSpec kFlags[] = {
      "Serve /metrics (Prometheus), /healthz and /readyz on this port (0 = off)", "0", false},
     {K::kValue, "--metrics_addr,--metrics-addr", "METRICS_ADDR",
      "The address --metrics_port binds (an IPv4 or IPv6 address; default every interface)", "", false},
+    {K::kValue, "--straggler_factor,--straggler-factor", "STRAGGLER_FACTOR",
+     "A rank whose time before its step's first collective stays this many times the job's median is named a "
+     "straggler (0 = off)",
+     "1.5", false},
     {K::kValue, "--hang_timeout,--hang-timeout", "HANG_TIMEOUT",
      "Seconds without progress from any local rank before the group counts as hung (0 = off)", "0", false},
     {K::kSwitch, "--prestart", "PRESTART",

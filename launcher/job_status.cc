@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <set>
 #include <sstream>
 
 #include "agent/loop/event_queue.h"
@@ -52,6 +53,14 @@ std::string seconds_text(const json& v, const char* suffix = "") {
   return buf;
 }
 
+// "0.052 s"; "-" when unknown.
+std::string milliseconds_text(const json& v) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", v.get<double>());
+  return buf;
+}
+
 std::string value_text(const json& v) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.get<std::string>();
@@ -90,18 +99,12 @@ std::string columns(const std::vector<std::vector<std::string>>& rows) {
 
 json read_job_status(rdzv::Store& store, const std::string& run_id, const std::string& endpoint) {
   const rdzv::RoundKeys keys(run_id);
-  const std::string count_key = keys.key("status/n");
-  const int64_t n = store.check({count_key}) ? store.add(count_key, 0) : 0;
-  if (n <= 0) {
+  const std::vector<std::string> identities = keys.status_identities(store);
+  if (identities.empty()) {
     throw JobNotFound("no agent of job '" + run_id + "' has published its status at " + endpoint +
                       ": no such --rdzv_id there, or its agents are of a ddprun without `ddprun status`");
   }
-  std::vector<std::string> index_keys;
-  for (int64_t i = 0; i < n; ++i) index_keys.push_back(keys.key("status/" + std::to_string(i)));
-  const std::vector<std::string> identities = store.multi_get(index_keys);
-  std::vector<std::string> doc_keys;
-  for (const auto& id : identities) doc_keys.push_back(keys.key("status/" + id));
-  const std::vector<std::string> texts = store.multi_get(doc_keys);
+  const std::vector<std::string> texts = keys.status_documents(store, identities);
   const bool closed = store.check({keys.key("closed")});
   const double now = agent::unix_now();
 
@@ -116,6 +119,15 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
   std::optional<rdzv::RoundStop> stop;
   if (round >= 0 && store.check({keys.round_key(round, "stop")})) {
     stop = rdzv::decode_round_stop(store.get(keys.round_key(round, "stop")));
+  }
+  // The ranks flagged by the agent of node rank 0 in this round (agent/loop/straggler_watch.h).
+  std::set<int> flagged;
+  if (auto text = keys.stragglers(store)) {
+    const json report = json::parse(*text, nullptr, false);
+    if (report.is_object() && number_or(report, "round", -1) == round && report.contains("ranks") &&
+        report["ranks"].is_array()) {
+      for (const json& r : report["ranks"]) flagged.insert(number_or(r, "rank", -1));
+    }
   }
 
   json nodes = json::array(), ranks = json::array();
@@ -140,16 +152,19 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
     if (in_round && d.contains("ranks") && d["ranks"].is_array()) {
       for (const json& r : d["ranks"]) {
         node_ranks.push_back(r.value("rank", -1));
-        ranks.push_back({{"rank", r.value("rank", -1)},
-                         {"node_rank", node_rank},
-                         {"local_rank", r.value("local_rank", -1)},
-                         {"host", text_or(d, "host")},
-                         {"pid", r.value("pid", json())},
-                         {"state", r.value("state", json())},
-                         {"progress_age_s", r.value("progress_age_s", json())},
-                         {"step", r.value("step", json())},
-                         {"step_time_s", r.value("step_time_s", json())},
-                         {"straggler", nullptr}});
+        const json before = r.value("before_collective_s", json());
+        ranks.push_back(
+            {{"rank", r.value("rank", -1)},
+             {"node_rank", node_rank},
+             {"local_rank", r.value("local_rank", -1)},
+             {"host", text_or(d, "host")},
+             {"pid", r.value("pid", json())},
+             {"state", r.value("state", json())},
+             {"progress_age_s", r.value("progress_age_s", json())},
+             {"step", r.value("step", json())},
+             {"step_time_s", r.value("step_time_s", json())},
+             {"before_collective_s", before},
+             {"straggler", before.is_number() ? json(flagged.count(r.value("rank", -1)) > 0) : json()}});
       }
     }
     const double time = number_or(d, "time", 0.0);
@@ -209,14 +224,16 @@ std::string status_table(const json& s) {
                     value_text(n["restarts_caused"]), value_text(n["detail"])});
   }
   out << columns(rows) << "\n";
-  rows = {{"RANK", "NODE", "LOCAL", "HOST", "PID", "STATE", "PROGRESS", "STEP", "STEP TIME"}};
+  rows = {{"RANK", "NODE", "LOCAL", "HOST", "PID", "STATE", "PROGRESS", "STEP", "STEP TIME",
+           "BEFORE COLLECTIVE", "STRAGGLER"}};
   for (const json& r : s["ranks"]) {
-    char step_time[32] = "-";
-    if (r["step_time_s"].is_number())
-      std::snprintf(step_time, sizeof step_time, "%.3f s", r["step_time_s"].get<double>());
     rows.push_back({value_text(r["rank"]), value_text(r["node_rank"]), value_text(r["local_rank"]),
                     value_text(r["host"]), value_text(r["pid"]), value_text(r["state"]),
-                    seconds_text(r["progress_age_s"], " ago"), value_text(r["step"]), step_time});
+                    seconds_text(r["progress_age_s"], " ago"), value_text(r["step"]),
+                    milliseconds_text(r["step_time_s"]), milliseconds_text(r["before_collective_s"]),
+                    r["straggler"] == true    ? "yes"
+                    : r["straggler"] == false ? "no"
+                                              : "-"});
   }
   out << columns(rows);
   return out.str();

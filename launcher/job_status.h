@@ -9,10 +9,12 @@
 //    "nodes": [{"identity", "node_rank" (null: not in the round), "host", "agent_pid", "state", "detail",
 //               "heartbeat_age_s", "local_world_size", "ranks", "restarts_caused"}],
 //    "ranks": [{"rank", "node_rank", "local_rank", "host", "pid", "state", "progress_age_s", "step",
-//               "step_time_s", "straggler"}]}
+//               "step_time_s", "before_collective_s", "straggler"}]}
 // A node's state is its agent's (forming, unhealthy, running, stopping, done, failed), or: lost (c10d: its
 // agent's connection to the store is gone before it finished), spare (it waits while the job runs a round
-// without it). `straggler` is null: no straggler detection across the job yet.
+// without it). `straggler`: true when the agent of node rank 0 flagged the rank in this round's straggler
+// report (agent/loop/straggler_watch.h), false when not, null when the rank reports no time before its first
+// collective (it cannot be compared).
 //
 // Threads: any; no state. Throws JobNotFound (no agent of that run id published a status), StoreError (the
 // store failed), std::bad_alloc.

@@ -401,13 +401,13 @@ class Parser {
     rendezvous(c);         // run id, --rdzv_conf, endpoint, node rank (maybe Slurm's): needs the node count
     launch(c);             // how each worker runs and what the agent does around it
     local_rank_arg(c);     // ddprun-launch's --local-rank=N: needs --no_python
-    newer_torch_flags(c);  // --virtual-local-rank, --duplicate-*-filters, --event-log-handler, --numa-binding
+    newer_torch_flags(c);  // --virtual-local-rank, --duplicate-*-filters, --numa-binding
     slurm_finish(c);       // what Slurm still decides once every flag is resolved
     fixed_port_for_many_nodes(c);
   }
 
-  // The flags of torchrun 2.9 and later: --virtual-local-rank, --duplicate-*-filters, --event-log-handler,
-  // --numa-binding.
+  // The flags of torchrun 2.9 and later: --virtual-local-rank, --duplicate-*-filters, --numa-binding
+  // (--event-log-handler: parse_operation_flags).
   void newer_torch_flags(LaunchConfig& c) {
     c.virtual_local_rank = flag_value("--virtual_local_rank");
     for (int lr = 0; c.virtual_local_rank && lr < c.nproc_per_node; ++lr) {
@@ -423,10 +423,6 @@ class Parser {
       c.duplicate_stdout_filters = comma_separated_list(g->text);
     if (auto g = given("--duplicate_stderr_filters"))
       c.duplicate_stderr_filters = comma_separated_list(g->text);
-    const std::string handler = one_of(get("--event_log_handler"), {"null", "console", "dynamic_rendezvous"});
-    c.event_log_handler = handler == "console"              ? EventLogHandler::kConsole
-                          : handler == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
-                                                            : EventLogHandler::kNull;
     if (auto g = given("--numa_binding")) numa_binding(c, *g);
   }
 

@@ -144,6 +144,8 @@ struct LaunchConfig {
   // --duplicate-stdout-filters / --duplicate-stderr-filters (comma_separated_list); empty = none.
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
+  std::filesystem::path event_log_file;                        // --event-log-handler file:PATH; "" = none
+  double straggler_factor = 1.5;                               // --straggler_factor; 0 = off
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
   // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.
   std::optional<NumaAffinity> numa_binding;

@@ -16,6 +16,23 @@ void parse_operation_flags(const std::function<Given(const std::string&)>& get, 
   h.gpu_memory_wait = millis(seconds(get("--gpu_memory_wait")));
   c.metrics_port = parse_master_port(get("--metrics_port"));
   c.metrics_addr = trim(get("--metrics_addr").text);
+
+  const Given factor = get("--straggler_factor");
+  const std::optional<double> f = to_double(factor.text);
+  if (!f || (*f != 0 && *f <= 1) || *f > 1000) fail(factor, "a factor above 1 (e.g. 1.5), or 0 for off");
+  c.straggler_factor = *f;
+
+  const Given handler = get("--event_log_handler");
+  if (handler.text.starts_with("file:")) {
+    c.event_log_handler = EventLogHandler::kNull;
+    c.event_log_file = handler.text.substr(5);
+    if (c.event_log_file.empty()) fail(handler, "file:PATH with a path (the JSON lines file to append to)");
+    return;
+  }
+  const std::string name = one_of(handler, {"null", "console", "dynamic_rendezvous", "file:PATH"});
+  c.event_log_handler = name == "console"              ? EventLogHandler::kConsole
+                        : name == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
+                                                       : EventLogHandler::kNull;
 }
 
 }  // namespace ddprun::launcher

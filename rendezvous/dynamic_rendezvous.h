@@ -131,6 +131,8 @@ class DynamicRendezvous final : public RendezvousBase {
   void do_stand_aside(const std::string& reason) override;
   // Not into an external store (etcd): `ddprun status` reads ddprun's store only.
   void do_publish_status(const std::string& doc) override;
+  std::vector<std::string> do_status_documents(bool reread_index) override;
+  void do_publish_stragglers(const std::string& doc) override;
   std::string identity() const override { return options_.identity; }
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;
@@ -210,7 +212,8 @@ class DynamicRendezvous final : public RendezvousBase {
   int previous_rank_ = -1;
   bool unhealthy_ = false;
   // On the store host: ends the round when one of its agents' connections closes (loss_reporter.h).
-  std::unique_ptr<LossReporter> loss_reporter_;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
+  std::unique_ptr<LossReporter>
+      loss_reporter_;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
   Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
   StoreFailover failover_;
   std::vector<Endpoint> successors_;     // of the last round this node ran in

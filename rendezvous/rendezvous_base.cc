@@ -149,6 +149,15 @@ void RendezvousBase::do_publish_status(const std::string& doc) {
   keys_.publish_status(*store_, identity(), doc, status_registered_);
 }
 
+std::vector<std::string> RendezvousBase::do_status_documents(bool reread_index) {
+  if (reread_index || status_identities_.empty()) status_identities_ = keys_.status_identities(*store_);
+  return keys_.status_documents(*store_, status_identities_);
+}
+
+void RendezvousBase::do_publish_stragglers(const std::string& doc) {
+  keys_.publish_stragglers(*store_, doc);
+}
+
 std::string RendezvousBase::identity() const {
   static const std::string mine = local_hostname() + ":" + std::to_string(::getpid());
   return mine;

@@ -99,6 +99,8 @@ class RendezvousBase : public RendezvousHandler {
   bool do_is_closed() override;
   void do_shutdown() override;
   void do_publish_status(const std::string& doc) override;
+  std::vector<std::string> do_status_documents(bool reread_index) override;
+  void do_publish_stragglers(const std::string& doc) override;
   // The agent's identity in status keys ("<host>:<pid>" unless the backend names its agents otherwise).
   virtual std::string identity() const;
   RendezvousStoreError store_failure(const StoreError& e) const override;
@@ -115,7 +117,8 @@ class RendezvousBase : public RendezvousHandler {
   std::string endpoint_;  // set by connect()
   uint16_t port_ = 0;
   bool status_registered_ = false;
-  StoreSilence silence_{"", "", {}};  // watcher thread only; set by connect()
+  std::vector<std::string> status_identities_;  // the status index at its last read
+  StoreSilence silence_{"", "", {}};            // watcher thread only; set by connect()
 };
 
 }  // namespace ddprun::rdzv

@@ -146,6 +146,17 @@ class RendezvousHandler {
   }
   // The statistics of the store this agent hosts (for its metrics); nullopt when it hosts none. Never throws.
   virtual std::optional<StoreServerStats> hosted_store_stats() { return std::nullopt; }
+  // The status documents of the job's agents, as `ddprun status` reads them (RoundKeys::status_identities,
+  // status_documents): with `reread_index` (or the first time) the index is read again, else the identities
+  // of the last read are reused and it costs one request. Empty where the backend keeps no status.
+  // RendezvousStoreError.
+  std::vector<std::string> status_documents(bool reread_index) {
+    return guard([&] { return do_status_documents(reread_index); });
+  }
+  // Publishes the job-wide straggler report (RoundKeys::publish_stragglers). RendezvousStoreError.
+  void publish_stragglers(const std::string& doc) {
+    guard([&] { do_publish_stragglers(doc); });
+  }
 
  protected:
   virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;
@@ -159,6 +170,8 @@ class RendezvousHandler {
   virtual std::vector<int> do_lost_nodes() { return {}; }
   virtual void do_stand_aside(const std::string& /*reason*/) {}
   virtual void do_publish_status(const std::string& /*doc*/) {}
+  virtual std::vector<std::string> do_status_documents(bool /*reread_index*/) { return {}; }
+  virtual void do_publish_stragglers(const std::string& /*doc*/) {}
   // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
   // Implementations that know their store's endpoint make sure the message names it.
   virtual RendezvousStoreError store_failure(const StoreError& e) const {

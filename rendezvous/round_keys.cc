@@ -104,6 +104,29 @@ void RoundKeys::publish_status(Store& store, const std::string& identity, const 
   registered = true;
 }
 
+std::vector<std::string> RoundKeys::status_identities(Store& store) const {
+  const std::string count_key = key("status/n");
+  const int64_t n = store.check({count_key}) ? store.add(count_key, 0) : 0;
+  if (n <= 0) return {};
+  std::vector<std::string> index_keys;
+  for (int64_t i = 0; i < n; ++i) index_keys.push_back(key("status/" + std::to_string(i)));
+  return store.multi_get(index_keys);
+}
+
+std::vector<std::string> RoundKeys::status_documents(Store& store,
+                                                     const std::vector<std::string>& identities) const {
+  if (identities.empty()) return {};
+  std::vector<std::string> doc_keys;
+  for (const auto& id : identities) doc_keys.push_back(key("status/" + id));
+  return store.multi_get(doc_keys);
+}
+
+std::optional<std::string> RoundKeys::stragglers(Store& store) const {
+  const std::string k = key("status/stragglers");
+  if (!store.check({k})) return std::nullopt;
+  return store.get(k);
+}
+
 void RoundKeys::leave(Store& store, int round, int nodes, bool wait) const {
   if (round < 0 || nodes <= 0) return;
   try {

@@ -49,6 +49,16 @@ class RoundKeys {
   // in the status index (status/n, status/<i>) and sets `registered`. One request after the first.
   void publish_status(Store& store, const std::string& identity, const std::string& doc,
                       bool& registered) const;
+  // The identities in the status index, in the order they registered (empty: none; up to three requests),
+  // and their documents (one request).
+  std::vector<std::string> status_identities(Store& store) const;
+  std::vector<std::string> status_documents(Store& store, const std::vector<std::string>& identities) const;
+  // The job-wide straggler report (status/stragglers; agent/loop/straggler_watch.h): published by the agent
+  // of node rank 0, read by `ddprun status` (nullopt: none published).
+  void publish_stragglers(Store& store, const std::string& doc) const {
+    store.set(key("status/stragglers"), doc);
+  }
+  std::optional<std::string> stragglers(Store& store) const;
   // Counts this node out of the round; the store host (`wait`) then waits up to 10 s until every node has
   // left, so that nobody loses the store in the middle of reading the round's end. Never throws.
   void leave(Store& store, int round, int nodes, bool wait) const;

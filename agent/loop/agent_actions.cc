@@ -44,7 +44,7 @@ WorkerFailure failure_of(const Worker& w, const Event& e, const std::string& hos
 uint64_t local_steps(const WorkerGroup& group) {
   uint64_t steps = 0;
   for (const Worker& w : group.workers) {
-    if (auto beat = read_heartbeat(w.paths.progress_file)) steps = std::max(steps, beat->first);
+    if (auto beat = read_heartbeat(w.paths.progress_file)) steps = std::max(steps, beat->step);
   }
   return steps;
 }

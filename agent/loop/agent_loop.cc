@@ -22,6 +22,7 @@
 namespace ddprun::agent {
 
 using Clock = std::chrono::steady_clock;
+using json = EventFields;  // the event log's fields
 
 namespace {
 
@@ -42,6 +43,7 @@ AgentLoop::AgentLoop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler
       job_{.host = local_hostname()},
       job_events_(config_, rdzv_->run_id(), job_),
       status_(config_, *rdzv_, job_),
+      stragglers_(config_.straggler_factor, *rdzv_),
       watcher_(*rdzv_, events_) {}
 
 int AgentLoop::run() {
@@ -58,9 +60,13 @@ int AgentLoop::run() {
   } catch (const StepFailed& failed) {
     status_.set_group(nullptr);
     status_.set_state("failed", failed.error);
+    lifecycle_.record("agent_exit",
+                      {{"exit_code", failed.exit_code}, {"state", "failed"}, {"detail", failed.error}});
     return job_events_.agent_failed(failed.exit_code, failed.error);
   } catch (const SpareUnused&) {
     status_.set_state("done", "the job finished while this node waited as a hot spare");
+    lifecycle_.record("agent_exit",
+                      {{"exit_code", 0}, {"state", "done"}, {"detail", "a hot spare the job did not need"}});
     try {
       rdzv_->shutdown();
     } catch (const rdzv::RendezvousError& e) {
@@ -81,6 +87,14 @@ void AgentLoop::prepare() {
     const std::string error = std::string("cannot create the log directory: ") + e.what();
     spdlog::error("{}; check --log_dir", error);
     throw StepFailed{kExitSpawnFailed, error};
+  }
+  if (!config_.event_log_file.empty()) {
+    try {
+      lifecycle_.open(config_.event_log_file, rdzv_->run_id(), job_.host);
+    } catch (const std::system_error& e) {
+      spdlog::error("{}; check the path of --event_log_handler file:PATH", e.what());
+      throw StepFailed{kExitUsage, e.what()};
+    }
   }
   processes_.emplace(config_, events_, run_dir_->prestart_stub());
   try {
@@ -150,6 +164,7 @@ void AgentLoop::await_healthy() {
         "MIN:MAX allows) and checks again in {} ({} of {} checks failed)",
         why, duration_text(h.retry_interval), failed, h.attempts);
     status_.set_state("unhealthy", why);
+    lifecycle_.record("node_unhealthy", {{"reason", why}, {"attempt", failed}, {"attempts", h.attempts}});
     try {
       rdzv_->stand_aside(why);
     } catch (const rdzv::RendezvousError& e) {
@@ -160,7 +175,8 @@ void AgentLoop::await_healthy() {
 }
 
 void AgentLoop::refresh_metrics(const WorkerGroup* group) {
-  if (metrics_) metrics_->refresh(job_.restarts_done, group, rdzv_->hosted_store_stats());
+  if (metrics_)
+    metrics_->refresh(job_.restarts_done, group, rdzv_->hosted_store_stats(), stragglers_.flagged());
 }
 
 void AgentLoop::await_gpu_memory() {
@@ -208,6 +224,15 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
   }
   job_events_.duration("RENDEZVOUS", start);
   if (metrics_) metrics_->rendezvous_done(Clock::now() - start);
+  lifecycle_.set_round(round.round);
+  lifecycle_.record("round_formed",
+                    {{"node_rank", round.group_rank},
+                     {"nodes", round.group_world_size},
+                     {"world_size", round.world_size},
+                     {"ranks", {round.base_rank, round.rank_of(nproc - 1)}},
+                     {"rendezvous_s", std::chrono::duration<double>(Clock::now() - start).count()},
+                     {"dropped_nodes", round.dropped_nodes}});
+  for (const std::string& node : round.dropped_nodes) lifecycle_.record("node_lost", {{"node", node}});
   if (std::string given = give_back_restart(job_, round, config_.supervision); !given.empty()) {
     spdlog::warn("{}", given);
   }
@@ -258,7 +283,7 @@ void AgentLoop::spawn(WorkerGroup& group) {
 // Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's
 // deadline, and with --hang_timeout the progress samples.
 AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
-  ProgressSampler progress(config_.supervision.hang_timeout, stragglers_);
+  ProgressSampler progress(config_.supervision.hang_timeout);
   std::optional<Clock::time_point> barrier;  // armed when the group enters the exit barrier
   while (!round_end_) {
     if (!group.in_exit_barrier) {
@@ -273,36 +298,74 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
     }
     Event e;
     if (events_.pop(e, deadline)) {
-      if (metrics_ && e.kind == Event::Kind::kWorkerExited) metrics_->worker_exited(e.status);
+      if (e.kind == Event::Kind::kWorkerExited) record_exit(group, e);
       if (auto ge = translate(group, e)) dispatch(group, std::move(*ge));
     } else if (barrier && Clock::now() >= *barrier) {
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kBarrierTimeout});
     } else if (sample && Clock::now() >= *sample && progress.sample(group, processes_->timer_requests())) {
+      lifecycle_.record(
+          "hang", {{"seconds", std::chrono::duration<double>(config_.supervision.hang_timeout).count()}});
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
     }
     if (auto due = status_.next(); due && Clock::now() >= *due) {
       status_.refresh();
+      record_stragglers(stragglers_.sample(group.round));
       refresh_metrics(&group);
     }
   }
   watcher_.stop();
   ready_ = false;
+  const std::string reason = round_end_reason(group);
+  const std::string detail = group.stop ? group.stop->detail : "";
+  lifecycle_.record("round_end", {{"reason", reason},
+                                  {"by_node", group.stop ? json(group.stop->node_rank) : json()},
+                                  {"detail", detail}});
+  if (round_end_->outcome == Outcome::kRestart) {
+    lifecycle_.record("restart", {{"restarts_used", job_.restarts_done},
+                                  {"restarts_max", config_.supervision.max_restarts},
+                                  {"reason", detail}});
+  }
   if (metrics_) {
-    const auto& stop = group.stop;
-    metrics_->round_ended(round_end_->outcome == Outcome::kRestart                 ? "failure"
-                          : round_end_->outcome == Outcome::kRejoin                ? "membership"
-                          : round_end_->outcome == Outcome::kSucceeded             ? "done"
-                          : stop && stop->kind == rdzv::RoundStop::Kind::kShutdown ? "signal"
-                                                                                   : "exit");
+    metrics_->round_ended(reason);
     refresh_metrics(&group);
   }
   return *round_end_;
+}
+
+std::string AgentLoop::round_end_reason(const WorkerGroup& group) const {
+  if (round_end_->outcome == Outcome::kRestart) return "failure";
+  if (round_end_->outcome == Outcome::kRejoin) return "membership";
+  if (round_end_->outcome == Outcome::kSucceeded) return "done";
+  return group.stop && group.stop->kind == rdzv::RoundStop::Kind::kShutdown ? "signal" : "exit";
+}
+
+void AgentLoop::record_exit(const WorkerGroup& group, const Event& e) {
+  if (metrics_) metrics_->worker_exited(e.status);
+  const Worker& w = group.workers.at(static_cast<size_t>(e.local_rank));
+  lifecycle_.record("worker_exit",
+                    {{"rank", w.rank},
+                     {"local_rank", w.local_rank},
+                     {"pid", e.pid},
+                     {"exit_code", e.status.signal == 0 ? json(e.status.exit_code) : json()},
+                     {"signal", e.status.signal != 0 ? json(signal_name(e.status.signal)) : json()}});
+}
+
+void AgentLoop::record_stragglers(const std::vector<StragglerEpisode>& changes) {
+  for (const StragglerEpisode& c : changes) {
+    json fields = {
+        {"rank", c.rank}, {"rank_host", c.host}, {"before_collective_s", c.seconds}, {"median_s", c.median}};
+    if (c.flagged) fields["factor"] = config_.straggler_factor;
+    lifecycle_.record(c.flagged ? "straggler" : "straggler_end", fields);
+  }
 }
 
 // The job's end on this node: its events, the rendezvous closed (unless a signal ended it: late agents may
 // still join) and left, a temporary run directory removed on success.
 int AgentLoop::finish(const WorkerGroup& group, const RoundEnd& end) {
   job_events_.job_end(group, end.outcome == Outcome::kSucceeded);
+  lifecycle_.record("agent_exit", {{"exit_code", end.exit_code},
+                                   {"state", end.exit_code == kExitSuccess ? "done" : "failed"},
+                                   {"detail", group.stop ? group.stop->detail : ""}});
   status_.set_state(end.exit_code == kExitSuccess ? "done" : "failed",
                     end.exit_code == kExitSuccess ? "" : "exit code " + std::to_string(end.exit_code));
   try {

@@ -9,7 +9,8 @@
 //
 // The loop owns, besides the rendezvous handler: the run directory (agent/loop/run_directory.h), the workers'
 // processes on the io thread (agent/loop/worker_processes.h), the store watcher thread
-// (agent/loop/round_watcher.h), and torch's events (agent/loop/job_events.h).
+// (agent/loop/round_watcher.h), torch's events (agent/loop/job_events.h), its status for `ddprun status`
+// (agent/loop/status_report.h) and the job-wide straggler report (agent/loop/straggler_watch.h).
 //
 // Threads: run() on the caller's thread; the io thread and the watcher report through the EventQueue only.
 // Internal to the agent.
@@ -27,13 +28,14 @@
 #include "agent/health/nvml.h"
 #include "agent/loop/event_queue.h"
 #include "agent/loop/job_events.h"
+#include "agent/loop/lifecycle_log.h"
 #include "agent/loop/round_watcher.h"
 #include "agent/loop/run_directory.h"
 #include "agent/loop/status_report.h"
+#include "agent/loop/straggler_watch.h"
 #include "agent/loop/worker_processes.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/metrics_server.h"
-#include "agent/watchdog/progress_monitor.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -69,6 +71,10 @@ class AgentLoop {
   void spawn(WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);
   int finish(const WorkerGroup& group, const RoundEnd& end);
+  // The event log's events of a round's end (lifecycle_log.h) and its reason for the metrics.
+  std::string round_end_reason(const WorkerGroup& group) const;
+  void record_stragglers(const std::vector<StragglerEpisode>& changes);
+  void record_exit(const WorkerGroup& group, const Event& e);
 
   // Supervision (agent_actions.cc): what the other threads report, as the group's event; supervise() and its
   // actions, one function each.
@@ -90,7 +96,8 @@ class AgentLoop {
   EventQueue events_;
   JobEvents job_events_;
   StatusReport status_;                  // what `ddprun status` shows of this agent
-  StragglerTracker stragglers_;          // the straggler report, across rounds
+  StragglerWatch stragglers_;            // the job-wide straggler report (on node rank 0)
+  LifecycleLog lifecycle_;               // --event_log_handler file:PATH, from prepare() on
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)
   std::optional<RunDirectory> run_dir_;  // from prepare() on

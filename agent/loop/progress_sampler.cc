@@ -1,14 +1,12 @@
 #include "agent/loop/progress_sampler.h"
 
-#include <spdlog/spdlog.h>
-
 #include <map>
 #include <vector>
 
 namespace ddprun::agent {
 
-ProgressSampler::ProgressSampler(std::chrono::milliseconds hang_timeout, StragglerTracker& stragglers)
-    : hang_timeout_(hang_timeout), tracker_(hang_timeout, Clock::now()), stragglers_(stragglers) {
+ProgressSampler::ProgressSampler(std::chrono::milliseconds hang_timeout)
+    : hang_timeout_(hang_timeout), tracker_(hang_timeout, Clock::now()) {
   if (hang_timeout.count() > 0) next_ = Clock::now();
 }
 
@@ -24,10 +22,8 @@ bool ProgressSampler::sample(const WorkerGroup& group, uint64_t timer_requests) 
   }
   const auto cpu = process_group_cpu_seconds(pgids);
   std::map<int, ProgressSample> samples;
-  std::map<int, double> step_seconds;
   for (const Worker& w : group.workers) {
     if (w.state != WorkerState::kHealthy || w.pid <= 0) continue;
-    if (auto beat = read_heartbeat(w.paths.progress_file)) step_seconds[w.rank] = beat->second;
     auto c = cpu.find(w.pid);
     samples[w.local_rank] =
         ProgressSample{.cpu_seconds = c == cpu.end() ? 0.0 : c->second,
@@ -35,11 +31,6 @@ bool ProgressSampler::sample(const WorkerGroup& group, uint64_t timer_requests) 
                        .heartbeats = modification_ns(w.paths.progress_file) + timer_requests};
   }
   tracker_.observe(Clock::now(), samples);
-  for (const auto& [rank, median] : stragglers_.observe(step_seconds)) {
-    spdlog::warn(
-        "rank {} is a straggler: its steps take {:.3f} s, {:.1f}x the local ranks' median of {:.3f} s", rank,
-        step_seconds[rank], step_seconds[rank] / median, median);
-  }
   next_ = Clock::now() + progress_interval(hang_timeout_);
   return tracker_.hung(Clock::now());
 }

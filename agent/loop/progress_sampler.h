@@ -1,7 +1,6 @@
 // ProgressSampler: hang detection (--hang_timeout) during one round. While the group is healthy it samples
 // every running worker every progress_interval (CPU time of its process group, its log files' sizes, its
 // heartbeats: agent/watchdog/progress_monitor.h) and says when no local rank made progress for hang_timeout.
-// Each sample also feeds the straggler report (warnings; the tracker outlives the round).
 //
 // Threads: the loop's only. Reads /proc and the file system; never throws but std::bad_alloc. Internal to the
 // agent loop.
@@ -21,7 +20,7 @@ class ProgressSampler {
   using Clock = std::chrono::steady_clock;
 
   // Off when hang_timeout is 0; else the first sample is due at once.
-  ProgressSampler(std::chrono::milliseconds hang_timeout, StragglerTracker& stragglers);
+  explicit ProgressSampler(std::chrono::milliseconds hang_timeout);
 
   // When the next sample is due; nullopt when off, or for good once the group is no longer healthy.
   std::optional<Clock::time_point> next(const WorkerGroup& group);
@@ -32,7 +31,6 @@ class ProgressSampler {
  private:
   std::chrono::milliseconds hang_timeout_;
   ProgressTracker tracker_;
-  StragglerTracker& stragglers_;
   std::optional<Clock::time_point> next_;
 };
 

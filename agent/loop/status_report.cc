@@ -58,10 +58,11 @@ std::string StatusReport::document() const {
     world_size = r.world_size;
     for (const Worker& w : group_->workers) {
       if (ranks.size() == kMaxStatusRanks) break;
-      json step = nullptr, step_time = nullptr;
+      json step = nullptr, step_time = nullptr, before_collective = nullptr;
       if (auto beat = read_heartbeat(w.paths.progress_file)) {
-        step = beat->first;
-        step_time = beat->second;
+        step = beat->step;
+        if (beat->step_s) step_time = *beat->step_s;
+        if (beat->before_collective_s) before_collective = *beat->before_collective_s;
       }
       ranks.push_back({{"rank", w.rank},
                        {"local_rank", w.local_rank},
@@ -69,7 +70,8 @@ std::string StatusReport::document() const {
                        {"state", worker_state_name(w.state)},
                        {"progress_age_s", age_of(w.paths.progress_file)},
                        {"step", step},
-                       {"step_time_s", step_time}});
+                       {"step_time_s", step_time},
+                       {"before_collective_s", before_collective}});
     }
   }
   const json doc = {{"v", 1},

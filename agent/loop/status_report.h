@@ -8,10 +8,13 @@
 //   {"v": 1, "host", "pid", "backend", "state", "detail", "time" (unix seconds),
 //    "round", "node_rank", "nodes", "local_world_size", "base_rank", "world_size",
 //    "restarts_used", "restarts_max", "restarts_caused",
-//    "ranks": [{"rank", "local_rank", "pid", "state", "progress_age_s", "step", "step_time_s"}]}
+//    "ranks": [{"rank", "local_rank", "pid", "state", "progress_age_s", "step", "step_time_s",
+//               "before_collective_s"}]}
 // state: forming (in the rendezvous), unhealthy, running, stopping, done, failed. A rank's state: running,
-// succeeded, failed, stopped; its step and step time come from its $DDPRUN_PROGRESS_FILE, progress_age_s is
-// the age of that file (null without one). Bounded: at most kMaxRanks ranks, detail at most 200 bytes.
+// succeeded, failed, stopped; its step, step time and time before its step's first collective come from its
+// $DDPRUN_PROGRESS_FILE (agent/watchdog/progress_monitor.h Heartbeat; null where the file has none),
+// progress_age_s is the age of that file (null without one). Bounded: at most kMaxRanks ranks, detail at most
+// 200 bytes.
 //
 // Threads: the agent loop's. Never throws except std::bad_alloc (a store error is logged at debug level: the
 // status is best effort and must not disturb the job).

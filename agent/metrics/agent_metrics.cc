@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 
@@ -31,6 +32,11 @@ double own_rss_bytes() {
   long pages = 0, resident = 0;
   statm >> pages >> resident;
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 }  // namespace
@@ -62,6 +68,21 @@ AgentMetrics::AgentMetrics()
                      .Name("ddprun_rank_step_seconds")
                      .Help("A local rank's last step time, from its $DDPRUN_PROGRESS_FILE")
                      .Register(*registry_)),
+      before_collective_(BuildGauge()
+                             .Name("ddprun_rank_before_collective_seconds")
+                             .Help("A local rank's time before its last step's first collective, from its "
+                                   "$DDPRUN_PROGRESS_FILE")
+                             .Register(*registry_)),
+      stragglers_(
+          BuildGauge()
+              .Name("ddprun_straggler")
+              .Help("1 for each rank of the job flagged as a straggler (exported by the agent of node "
+                    "rank 0)")
+              .Register(*registry_)),
+      straggler_episodes_(BuildCounter()
+                              .Name("ddprun_straggler_episodes_total")
+                              .Help("Straggler episodes begun (counted by the agent of node rank 0)")
+                              .Register(*registry_)),
       cpu_(BuildCounter()
                .Name("ddprun_agent_cpu_seconds_total")
                .Help("CPU time (user and system) of the agent process itself")
@@ -76,7 +97,7 @@ AgentMetrics::AgentMetrics()
                              .Register(*registry_)),
       store_requests_(BuildCounter()
                           .Name("ddprun_store_requests_total")
-                          .Help("Requests served by the store this agent hosts")
+                          .Help("Requests served by the store this agent hosts, by operation")
                           .Register(*registry_)),
       store_held_(
           BuildGauge()
@@ -100,6 +121,7 @@ AgentMetrics::AgentMetrics()
   for (const char* s : {"running", "succeeded", "failed", "stopped"}) workers_.Add({{"state", s}});
   cpu_.Add({});
   rss_.Add({});
+  straggler_episodes_.Add({});
 }
 
 void AgentMetrics::rendezvous_done(std::chrono::duration<double> took) {
@@ -119,7 +141,8 @@ void AgentMetrics::round_ended(const std::string& reason) {
 }
 
 void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
-                           const std::optional<rdzv::StoreServerStats>& store) {
+                           const std::optional<rdzv::StoreServerStats>& store,
+                           const std::map<int, StragglerEpisode>& stragglers) {
   std::lock_guard lock(mu_);
   if (restarts_done > restarts_seen_) restarts_.Add({}).Increment(restarts_done - restarts_seen_);
   restarts_seen_ = restarts_done;
@@ -127,49 +150,75 @@ void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
   if (cpu > cpu_seen_) cpu_.Add({}).Increment(cpu - cpu_seen_);
   cpu_seen_ = std::max(cpu, cpu_seen_);
   rss_.Add({}).Set(own_rss_bytes());
+  refresh_ranks(group);
+  refresh_stragglers(stragglers);
+  if (store) refresh_store(*store);
+}
 
+void AgentMetrics::refresh_ranks(const WorkerGroup* group) {
   std::map<std::string, double> states{{"running", 0}, {"succeeded", 0}, {"failed", 0}, {"stopped", 0}};
   const int round = group ? group->round.round : -1;
   if (round != ranks_round_) {  // another round's ranks (or none): their series go
-    for (auto* g : rank_series_age_) progress_age_.Remove(g);
-    for (auto* g : rank_series_step_) step_time_.Remove(g);
-    rank_series_age_.clear();
-    rank_series_step_.clear();
+    for (auto [family, series] : rank_series_) family->Remove(series);
+    rank_series_.clear();
   }
+  ranks_round_ = round;
+  auto set = [&](prometheus::Family<prometheus::Gauge>& family, const prometheus::Labels& labels, double v) {
+    auto& series = family.Add(labels);
+    series.Set(v);
+    const std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*> entry{&family, &series};
+    if (std::find(rank_series_.begin(), rank_series_.end(), entry) == rank_series_.end())
+      rank_series_.push_back(entry);
+  };
   if (group) {
     for (const Worker& w : group->workers) {
       states[worker_state_name(w.state)] += 1;
       const prometheus::Labels labels{{"rank", std::to_string(w.rank)},
                                       {"local_rank", std::to_string(w.local_rank)}};
       if (auto beat = read_heartbeat(w.paths.progress_file)) {
-        auto& step = step_time_.Add(labels);
-        auto& age = progress_age_.Add(labels);
-        step.Set(beat->second);
-        age.Set(
+        set(progress_age_, labels,
             std::max(0.0, unix_now() - static_cast<double>(modification_ns(w.paths.progress_file)) / 1e9));
-        if (std::find(rank_series_step_.begin(), rank_series_step_.end(), &step) == rank_series_step_.end()) {
-          rank_series_step_.push_back(&step);
-          rank_series_age_.push_back(&age);
-        }
+        if (beat->step_s) set(step_time_, labels, *beat->step_s);
+        if (beat->before_collective_s) set(before_collective_, labels, *beat->before_collective_s);
       }
     }
   }
-  ranks_round_ = round;
   for (const auto& [s, n] : states) workers_.Add({{"state", s}}).Set(n);
-  if (store) {
-    store_connections_.Add({}).Set(static_cast<double>(store->connections));
-    store_held_.Add({}).Set(static_cast<double>(store->buffered_bytes));
-    store_budget_.Add({}).Set(static_cast<double>(store->memory_budget));
-    auto& requests = store_requests_.Add({});
-    auto& dropped = store_dropped_.Add({});
-    if (store->requests > store_requests_seen_) {
-      requests.Increment(static_cast<double>(store->requests - store_requests_seen_));
+}
+
+void AgentMetrics::refresh_stragglers(const std::map<int, StragglerEpisode>& stragglers) {
+  for (auto it = straggler_series_.begin(); it != straggler_series_.end();) {
+    if (stragglers.count(it->first)) {
+      ++it;
+    } else {
+      stragglers_.Remove(it->second);
+      it = straggler_series_.erase(it);
     }
-    if (store->dropped > store_dropped_seen_)
-      dropped.Increment(static_cast<double>(store->dropped - store_dropped_seen_));
-    store_requests_seen_ = store->requests;
-    store_dropped_seen_ = store->dropped;
   }
+  for (const auto& [rank, e] : stragglers) {
+    if (straggler_series_.count(rank)) continue;
+    auto& series = stragglers_.Add({{"rank", std::to_string(rank)}, {"host", e.host}});
+    series.Set(1);
+    straggler_series_[rank] = &series;
+    straggler_episodes_.Add({}).Increment();
+  }
+}
+
+void AgentMetrics::refresh_store(const rdzv::StoreServerStats& store) {
+  store_connections_.Add({}).Set(static_cast<double>(store.connections));
+  store_held_.Add({}).Set(static_cast<double>(store.buffered_bytes));
+  store_budget_.Add({}).Set(static_cast<double>(store.memory_budget));
+  for (size_t op = 0; op < rdzv::kOpCount; ++op) {
+    const uint64_t n = store.requests_by_op[op];
+    if (n <= store_requests_seen_[op]) continue;
+    store_requests_.Add({{"op", lower(std::string(rdzv::op_name(static_cast<rdzv::Op>(op))))}})
+        .Increment(static_cast<double>(n - store_requests_seen_[op]));
+    store_requests_seen_[op] = n;
+  }
+  auto& dropped = store_dropped_.Add({});
+  if (store.dropped > store_dropped_seen_)
+    dropped.Increment(static_cast<double>(store.dropped - store_dropped_seen_));
+  store_dropped_seen_ = store.dropped;
 }
 
 std::string AgentMetrics::text() {

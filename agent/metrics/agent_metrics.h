@@ -13,7 +13,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "agent/process/worker_launch.h"
+#include "agent/watchdog/straggler_tracker.h"
 #include "agent/worker_group.h"
 #include "rendezvous/store/store_stats.h"
 
@@ -34,12 +37,19 @@ class AgentMetrics {
   void worker_exited(const ExitStatus& status);
   // A round ended: "failure" (a counted restart follows), "membership", "signal", "done", "exit".
   void round_ended(const std::string& reason);
-  // Gauges: restarts counted so far, the group's workers (nullptr: none run), the store this agent hosts.
+  // Gauges: restarts counted so far, the group's workers (nullptr: none run), the store this agent hosts, the
+  // ranks this agent flags as stragglers (node rank 0 only; agent/loop/straggler_watch.h).
   void refresh(int restarts_done, const WorkerGroup* group,
-               const std::optional<rdzv::StoreServerStats>& store);
+               const std::optional<rdzv::StoreServerStats>& store,
+               const std::map<int, StragglerEpisode>& stragglers);
   std::string text();
 
  private:
+  // Parts of refresh(), under mu_.
+  void refresh_ranks(const WorkerGroup* group);
+  void refresh_stragglers(const std::map<int, StragglerEpisode>& stragglers);
+  void refresh_store(const rdzv::StoreServerStats& store);
+
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   std::mutex mu_;
   prometheus::Family<prometheus::Counter>& restarts_;
@@ -49,6 +59,9 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Gauge>& progress_age_;
   prometheus::Family<prometheus::Gauge>& step_time_;
+  prometheus::Family<prometheus::Gauge>& before_collective_;
+  prometheus::Family<prometheus::Gauge>& stragglers_;
+  prometheus::Family<prometheus::Counter>& straggler_episodes_;
   prometheus::Family<prometheus::Counter>& cpu_;
   prometheus::Family<prometheus::Gauge>& rss_;
   prometheus::Family<prometheus::Gauge>& store_connections_;
@@ -58,10 +71,13 @@ class AgentMetrics {
   prometheus::Family<prometheus::Counter>& store_dropped_;
   int restarts_seen_ = 0;
   double cpu_seen_ = 0;
-  uint64_t store_requests_seen_ = 0, store_dropped_seen_ = 0;
+  std::array<uint64_t, rdzv::kOpCount> store_requests_seen_{};
+  uint64_t store_dropped_seen_ = 0;
   prometheus::Histogram* rendezvous_hist_ = nullptr;
-  std::vector<prometheus::Gauge*> rank_series_age_, rank_series_step_;  // of ranks_round_
-  int ranks_round_ = -1;  // the round whose per-rank gauges exist
+  std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>
+      rank_series_;                                     // of ranks_round_
+  int ranks_round_ = -1;                                // the round whose per-rank gauges exist
+  std::map<int, prometheus::Gauge*> straggler_series_;  // rank -> its ddprun_straggler series
 };
 
 }  // namespace ddprun::agent

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string>
 
 namespace ddprun::agent {
 
@@ -37,32 +38,18 @@ void ProgressTracker::observe(Clock::time_point now, const std::map<int, Progres
   last_sample_ = now;
 }
 
-std::vector<std::pair<int, double>> StragglerTracker::observe(const std::map<int, double>& step_seconds) {
-  std::vector<double> times;
-  for (const auto& [rank, t] : step_seconds) {
-    if (t > 0) times.push_back(t);
-  }
-  std::vector<std::pair<int, double>> out;
-  if (times.size() < 2) return out;
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  const double median = times[times.size() / 2];
-  for (const auto& [rank, t] : step_seconds) {
-    int& slow = slow_samples_[rank];
-    if (t > 0 && t >= factor_ * median) {
-      if (++slow == window_) out.emplace_back(rank, median);
-    } else {
-      slow = 0;
-    }
-  }
-  return out;
-}
-
-std::optional<std::pair<uint64_t, double>> read_heartbeat(const std::filesystem::path& file) {
+std::optional<Heartbeat> read_heartbeat(const std::filesystem::path& file) {
   std::ifstream in(file);
-  unsigned long long steps = 0;
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  std::istringstream fields(line);
+  unsigned long long step = 0;
+  if (!(fields >> step)) return std::nullopt;
+  Heartbeat beat{.step = static_cast<uint64_t>(step)};
   double seconds = 0;
-  if (!(in >> steps >> seconds)) return std::nullopt;
-  return std::make_pair(static_cast<uint64_t>(steps), seconds);
+  if (fields >> seconds && seconds >= 0) beat.before_collective_s = seconds;
+  if (fields >> seconds && seconds >= 0) beat.step_s = seconds;
+  return beat;
 }
 
 std::chrono::milliseconds progress_interval(std::chrono::milliseconds hang_timeout) {

@@ -55,23 +55,16 @@ class ProgressTracker {
   std::map<int, ProgressSample> previous_;
 };
 
-// Straggler report: ranks whose last step time (from the worker SDK's heartbeat file) stays at least `factor`
-// times the median of the local ranks' for `window` consecutive samples. Pure; not thread-safe.
-class StragglerTracker {
- public:
-  explicit StragglerTracker(double factor = 1.5, int window = 5) : factor_(factor), window_(window) {}
-  // Step seconds per rank (ranks without a step time absent). Returns the ranks that just became stragglers
-  // (each reported once, until it keeps up again), with the median they were compared to.
-  std::vector<std::pair<int, double>> observe(const std::map<int, double>& step_seconds);
-
- private:
-  double factor_;
-  int window_;
-  std::map<int, int> slow_samples_;  // rank -> consecutive slow samples
+// A rank's heartbeat file ($DDPRUN_PROGRESS_FILE, docs/observability.md#the-heartbeat-file): one line
+// "<step> [<seconds before the step's first collective> [<step seconds>]]", rewritten every step. A negative
+// or absent number is unknown; a file that holds only a step number (a script's own heartbeat) is a step.
+struct Heartbeat {
+  uint64_t step = 0;
+  std::optional<double> before_collective_s;
+  std::optional<double> step_s;
 };
-
-// The heartbeat file of the worker SDK: "<steps> <last step seconds>"; nullopt when absent or unreadable.
-std::optional<std::pair<uint64_t, double>> read_heartbeat(const std::filesystem::path& file);
+// nullopt when the file is absent or does not start with a step number.
+std::optional<Heartbeat> read_heartbeat(const std::filesystem::path& file);
 
 // The sampling interval for a hang timeout: a tenth of it, between 0.2 s and 5 s.
 std::chrono::milliseconds progress_interval(std::chrono::milliseconds hang_timeout);

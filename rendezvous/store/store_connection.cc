@@ -98,6 +98,7 @@ void StoreServer::Connection::on_readable() {
   auto result = session_.consume(input, max_output - std::min(max_output, writing_.size()));
   server_->handling = nullptr;
   server_->counters.requests += result.requests;
+  for (size_t op = 0; op < kOpCount; ++op) server_->counters.requests_by_op[op] += result.by_op[op];
   if (!result.error.empty()) {
     flush();
     close(result.error);

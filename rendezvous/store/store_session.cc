@@ -68,6 +68,7 @@ StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input
     }
     result.consumed += parsed.consumed;
     ++result.requests;
+    ++result.by_op[static_cast<size_t>(scratch_.op)];
     if (std::string err = handle(scratch_, max_output); !err.empty()) {
       result.error = std::move(err);
       break;

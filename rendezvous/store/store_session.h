@@ -27,6 +27,7 @@
 // so the owner can start a write. A session never blocks.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -56,7 +57,8 @@ class StoreSession {
   struct ConsumeResult {
     size_t consumed = 0;  // bytes of input used by whole requests; the rest must be kept for later
     size_t requests = 0;  // how many requests were handled
-    std::string error;    // non-empty: the client is broken and must be dropped (message says why)
+    std::array<uint64_t, kOpCount> by_op{};  // of which, per operation (index: Op)
+    std::string error;  // non-empty: the client is broken and must be dropped (message says why)
   };
   // Handles every whole request at the front of `input`. `max_output`: the most reply bytes output() may
   // hold (its size(): shared values counted at their length, however cheap they are to queue); past it the

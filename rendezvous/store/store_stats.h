@@ -2,8 +2,11 @@
 // can hand it to the agent's metrics without the server's headers.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+
+#include "rendezvous/store/wire_codec.h"
 
 namespace ddprun::rdzv {
 
@@ -13,6 +16,7 @@ struct StoreServerStats {
   uint64_t refused = 0;  // closed at accept: over max_connections
   uint64_t dropped = 0;  // closed for misbehaviour (silent ones reclaimed included)
   uint64_t requests = 0;
+  std::array<uint64_t, kOpCount> requests_by_op{};  // index: Op (op_name names it)
   int64_t keys = 0;
   size_t pending_waits = 0;
   size_t stored_bytes = 0;

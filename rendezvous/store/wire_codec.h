@@ -53,6 +53,7 @@ enum class Op : uint8_t {
   kQueueLen,
   kListKeys,
 };
+inline constexpr size_t kOpCount = static_cast<size_t>(Op::kListKeys) + 1;
 std::string_view op_name(Op op);
 std::optional<Op> op_from_byte(Dialect d, uint8_t byte);
 std::optional<uint8_t> op_to_byte(Dialect d, Op op);

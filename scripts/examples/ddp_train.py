@@ -12,8 +12,11 @@ the training early, at the same step on every rank, once FILE exists (a test tha
 need not wait for --steps); --stamp FILE
 appends timestamped lines (script start, first completed step of each attempt, crash) for
 scripts/bench-recovery.sh; --hang-rank/--hang-step/--hang-attempt make one rank stop in
-stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs. Under ddprun with
---hang_timeout or --max_no_progress_restarts, every rank writes its global step to $DDPRUN_PROGRESS_FILE.
+stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs; --load-seconds makes
+every rank spend that long loading each batch, --slow-rank/--slow-seconds one rank that much longer (a straggler).
+Under ddprun every rank writes its global step, the time from the top of the step to its first gradient bucket's
+all-reduce (a DDP communication hook notes it) and the step time to $DDPRUN_PROGRESS_FILE: ddprun's hang
+detection, `ddprun status` and its straggler report read them.
 """
 import argparse
 import datetime
@@ -36,16 +39,30 @@ def stamp(path, event, attempt, rank):
 
 
 class ProgressFile:
-    """The step, as ddprun reads it: one line '<step> <step seconds>' overwritten in place in $DDPRUN_PROGRESS_FILE
-    (hang detection and --max_no_progress_restarts). Does nothing when the variable is not set."""
+    """The step, as ddprun reads it: one line '<step> <seconds before the first collective> <step seconds>'
+    overwritten in place in $DDPRUN_PROGRESS_FILE (docs/observability.md#the-heartbeat-file). Does nothing when
+    the variable is not set."""
 
     def __init__(self):
         path = os.environ.get("DDPRUN_PROGRESS_FILE")
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644) if path else None
 
-    def step(self, step, seconds):
+    def step(self, step, before_collective, seconds):
         if self.fd is not None:
-            os.pwrite(self.fd, f"{step:20d} {seconds:18.6f}\n".encode(), 0)
+            os.pwrite(self.fd, f"{step:20d} {before_collective:18.6f} {seconds:18.6f}\n".encode(), 0)
+
+
+class FirstCollective:
+    """A DDP communication hook (DDP's own all-reduce, averaged) that notes when the step's first gradient
+    bucket starts its all-reduce: the end of this rank's own work before it waits for the others."""
+
+    def __init__(self):
+        self.at = None
+
+    def hook(self, state, bucket):
+        if self.at is None:
+            self.at = time.monotonic()
+        return allreduce_hook(state, bucket)
 
 
 def stuck_in_data_loading():
@@ -72,6 +89,7 @@ stamp(early_stamp_path(sys.argv[1:]), "start", os.environ.get("TORCHELASTIC_REST
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
@@ -95,6 +113,10 @@ def parse_args():
     p.add_argument("--checkpoint", help="checkpoint file (rank 0 writes, every rank resumes)")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--load-seconds", type=float, default=0,
+                   help="seconds every rank spends loading each batch (a sleep before the forward pass)")
+    p.add_argument("--slow-rank", type=int, default=-1, help="a rank that loads each batch --slow-seconds longer")
+    p.add_argument("--slow-seconds", type=float, default=0)
     p.add_argument("--step-sleep", type=float, default=0,
                    help="seconds to sleep after each step: stands for a GPU step, during which the CPU is idle")
     p.add_argument("--pg-timeout", type=float, default=60,
@@ -121,6 +143,8 @@ def main():
     torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
     model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
     ddp = DDP(model)
+    first_collective = FirstCollective()
+    ddp.register_comm_hook(None, first_collective.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     start = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
@@ -143,6 +167,11 @@ def main():
             print(f"rank {rank}: hanging at step {step} (attempt {attempt})", file=sys.stderr, flush=True)
             stamp(args.stamp, "hang", attempt, rank)
             stuck_in_data_loading()
+        top = time.monotonic()
+        first_collective.at = None
+        load = args.load_seconds + (args.slow_seconds if rank == args.slow_rank else 0)
+        if load:
+            time.sleep(load)
         x = torch.randn(args.batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
         opt.zero_grad()
@@ -150,7 +179,8 @@ def main():
         loss.backward()
         opt.step()
         now = time.monotonic()
-        progress.step(step + 1, now - last)  # the global step: resumed attempts continue the count
+        before = first_collective.at - top if first_collective.at is not None else -1
+        progress.step(step + 1, before, now - last)  # the global step: resumed attempts continue the count
         last = now
         if step == start:
             stamp(args.stamp, "first-step", attempt, rank)

@@ -42,8 +42,12 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   metrics.worker_exited(ExitStatus{.signal = 9});
   metrics.round_ended("failure");
   metrics.rendezvous_done(std::chrono::milliseconds(120));
-  metrics.refresh(1, nullptr,
-                  ddprun::rdzv::StoreServerStats{.connections = 4, .requests = 10, .memory_budget = 1024});
+  ddprun::rdzv::StoreServerStats store{.connections = 4, .requests = 10, .memory_budget = 1024};
+  store.requests_by_op[static_cast<size_t>(ddprun::rdzv::Op::kSet)] = 7;
+  store.requests_by_op[static_cast<size_t>(ddprun::rdzv::Op::kMultiGet)] = 3;
+  std::map<int, ddprun::agent::StragglerEpisode> stragglers{
+      {5, {.rank = 5, .host = "node-b", .flagged = true}}};
+  metrics.refresh(1, nullptr, store, stragglers);
   auto [status, type, body] = request(server.port(), http::verb::get, "/metrics");
   CHECK(status == 200);
   CHECK(type == "text/plain; version=0.0.4; charset=utf-8");
@@ -53,13 +57,19 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   CHECK_THAT(body, Catch::Contains("ddprun_rounds_total{reason=\"failure\"} 1\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_rendezvous_duration_seconds_bucket{le=\"0.25\"} 1\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_store_connections 4\n"));
-  CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total 10\n"));
+  CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"set\"} 7\n"));
+  CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"multi_get\"} 3\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_store_memory_budget_bytes 1024\n"));
-  // Counters only grow: a second refresh with the same totals adds nothing.
-  metrics.refresh(1, nullptr, ddprun::rdzv::StoreServerStats{.connections = 2, .requests = 10});
-  CHECK_THAT(
-      std::get<2>(request(server.port(), http::verb::get, "/metrics")),
-      Catch::Contains("ddprun_store_requests_total 10\n") && Catch::Contains("ddprun_restarts_total 1\n"));
+  CHECK_THAT(body, Catch::Contains("ddprun_straggler{host=\"node-b\",rank=\"5\"} 1\n"));
+  CHECK_THAT(body, Catch::Contains("ddprun_straggler_episodes_total 1\n"));
+  // Counters only grow: a second refresh with the same totals adds nothing; an episode that ended goes.
+  store.connections = 2;
+  metrics.refresh(1, nullptr, store, {});
+  body = std::get<2>(request(server.port(), http::verb::get, "/metrics"));
+  CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"set\"} 7\n") &&
+                       Catch::Contains("ddprun_restarts_total 1\n") &&
+                       Catch::Contains("ddprun_straggler_episodes_total 1\n"));
+  CHECK_THAT(body, !Catch::Contains("ddprun_straggler{"));
 
   CHECK(std::get<0>(request(server.port(), http::verb::get, "/healthz")) == 200);
   CHECK(std::get<0>(request(server.port(), http::verb::get, "/readyz")) == 503);

@@ -84,30 +84,30 @@ TEST_CASE("file sizes and modification times for output and heartbeats") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("stragglers: a rank whose steps stay 1.5x the local median for 5 samples is reported once") {
-  StragglerTracker t;
-  std::map<int, double> steps{{0, 0.10}, {1, 0.11}, {2, 0.20}, {3, 0.10}};
-  for (int i = 0; i < 4; ++i) CHECK(t.observe(steps).empty());
-  auto out = t.observe(steps);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].first == 2);
-  CHECK(std::abs(out[0].second - 0.11) < 1e-12);
-  CHECK(t.observe(steps).empty());  // once
-  steps[2] = 0.12;                  // keeps up again
-  CHECK(t.observe(steps).empty());
-  steps[2] = 0.5;
-  for (int i = 0; i < 4; ++i) CHECK(t.observe(steps).empty());
-  CHECK(t.observe(steps).size() == 1);                    // slow again for a whole window: reported again
-  CHECK(StragglerTracker().observe({{0, 1.0}}).empty());  // one rank: nothing to compare with
-}
-
-TEST_CASE("the SDK's heartbeat file: steps and the last step time") {
+TEST_CASE("the heartbeat file: a step, the time before the first collective, the step time") {
   auto f = std::filesystem::temp_directory_path() / ("ddprun-beat-" + std::to_string(getpid()));
-  std::ofstream(f) << "                  12           0.250000\n";
+  std::ofstream(f) << "                  12           0.050000           0.250000\n";
   auto beat = read_heartbeat(f);
   REQUIRE(beat);
-  CHECK(beat->first == 12);
-  CHECK(beat->second == 0.25);
+  CHECK(beat->step == 12);
+  CHECK(beat->before_collective_s == 0.05);
+  CHECK(beat->step_s == 0.25);
+  std::ofstream(f) << "7 0.125\n";  // a Python loop's two fields
+  beat = read_heartbeat(f);
+  REQUIRE(beat);
+  CHECK(beat->step == 7);
+  CHECK(beat->before_collective_s == 0.125);
+  CHECK_FALSE(beat->step_s);
+  std::ofstream(f) << "42\n";  // only a step: progress, no times
+  beat = read_heartbeat(f);
+  REQUIRE(beat);
+  CHECK(beat->step == 42);
+  CHECK_FALSE(beat->before_collective_s);
+  std::ofstream(f) << "3 -1 0.5\n";  // unknown before the collective (the first step)
+  beat = read_heartbeat(f);
+  REQUIRE(beat);
+  CHECK_FALSE(beat->before_collective_s);
+  CHECK(beat->step_s == 0.5);
   std::ofstream(f) << "garbage";
   CHECK_FALSE(read_heartbeat(f));
   std::filesystem::remove(f);

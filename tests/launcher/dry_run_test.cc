@@ -62,6 +62,7 @@ TEST_CASE("dry run: one static node, every value known, the run directory in the
         "  stdout: console\n"
         "  stderr: console\n"
         "  env:\n"
+        "    DDPRUN_PROGRESS_FILE=/l/none_XXXXXXXX/attempt_0/1/progress\n"
         "    GROUP_RANK=0\n    GROUP_WORLD_SIZE=1\n    LOCAL_RANK=1\n    LOCAL_WORLD_SIZE=2\n"
         "    MASTER_ADDR=127.0.0.1\n    MASTER_PORT=29500\n"
         "    OMP_NUM_THREADS=1\n    RANK=1\n    ROLE_NAME=default\n    ROLE_RANK=1\n    ROLE_WORLD_SIZE=2\n"
@@ -126,13 +127,15 @@ TEST_CASE("dry run: c10d leaves ranks, world size and the workers' store to the 
   CHECK_THAT(text, Catch::Contains("    LOCAL_WORLD_SIZE=2\n"));
 }
 
-TEST_CASE("dry run: etcd backends name the members; the workers host their own store", "[launcher][dry_run]") {
-  const std::string text = plan_text({"--nnodes", "2:4", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1,e2:2380",
-                                      "--rdzv_conf", "protocol=https,etcd_prefix=/p", "t.py"});
+TEST_CASE("dry run: etcd backends name the members; the workers host their own store",
+          "[launcher][dry_run]") {
+  const std::string text = plan_text({"--nnodes", "2:4", "--rdzv_backend", "etcd", "--rdzv_endpoint",
+                                      "e1,e2:2380", "--rdzv_conf", "protocol=https,etcd_prefix=/p", "t.py"});
   INFO(text);
-  CHECK_THAT(text, Catch::Contains("  rendezvous: etcd (torch's protocol, keys under /p), etcd https://e1:2379,e2:2380; "
-                                   "the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at "
-                                   "the rendezvous, run id none\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "  rendezvous: etcd (torch's protocol, keys under /p), etcd https://e1:2379,e2:2380; "
+                       "the workers' store (MASTER_ADDR, MASTER_PORT): a free port of node 0, decided at "
+                       "the rendezvous, run id none\n"));
   CHECK_THAT(text, Catch::Contains("    TORCHELASTIC_USE_AGENT_STORE=False\n"));
   CHECK_THAT(text, Catch::Contains("\n    MASTER_PORT=<decided at the rendezvous>\n"));
   const std::string v2 = plan_text({"--nnodes", "2", "--rdzv_backend", "etcd-v2", "t.py"});

@@ -26,7 +26,9 @@ json doc(const std::string& state, int round, int node_rank, int restarts_used, 
                        {"state", "running"},
                        {"progress_age_s", 0.5},
                        {"step", 42},
-                       {"step_time_s", 0.125}});
+                       {"step_time_s", 0.125},
+                       // node 1 reports its ranks' time before the first collective, node 0 does not
+                       {"before_collective_s", node_rank == 1 ? json(lr == 1 ? 0.2 : 0.05) : json()}});
     }
   }
   auto null_or = [&](int v) { return round >= 0 ? json(v) : json(); };
@@ -98,8 +100,24 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
                               {"progress_age_s", 0.5},
                               {"step", 42},
                               {"step_time_s", 0.125},
-                              {"straggler", nullptr}});
+                              {"before_collective_s", 0.2},
+                              {"straggler", false}});  // no report: nobody flagged
+  CHECK(s["ranks"][0]["straggler"].is_null());         // no time: cannot be compared
+
+  // Node rank 0's straggler report flags rank 3 in this round; one of an earlier round is ignored.
+  keys.publish_stragglers(reader, json{{"v", 1}, {"round", 0}, {"ranks", {{{"rank", 2}}}}}.dump());
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["ranks"][2]["straggler"] == false);
+  keys.publish_stragglers(reader,
+                          json{{"v", 1}, {"round", 1}, {"ranks", {{{"rank", 3}, {"host", "h1"}}}}}.dump());
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["ranks"][3]["straggler"] == true);
+  CHECK(s["ranks"][2]["straggler"] == false);
+  CHECK(s["ranks"][1]["straggler"].is_null());
   const std::string table = launcher::status_table(s);
+  CHECK_THAT(table, Catch::Contains("BEFORE COLLECTIVE") && Catch::Contains("STRAGGLER"));
+  const std::string rank3 = table.substr(table.rfind("\n3 "));  // the last line: rank 3's
+  CHECK_THAT(rank3, Catch::Contains("0.200 s") && Catch::EndsWith("yes\n"));
   CHECK_THAT(table,
              Catch::Contains(
                  "job job7 at h0:29400: running, round 1, restarts 1 of 3, 3 node(s), 4 rank(s), read at "));

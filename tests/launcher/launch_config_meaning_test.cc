@@ -1,14 +1,13 @@
-// Unit tests of what the parsed ddprun command line means: the script's arguments, the worker's argv, streams,
-// signals, rendezvous endpoints and conf, help, visible devices, ddprun-launch, torchrun 2.9+ flags, NUMA
-// binding. launcher/launch_config.h; pure: no processes.
-#include "launcher/launch_config.h"
-
+// Unit tests of what the parsed ddprun command line means: the script's arguments, the worker's argv,
+// streams, signals, rendezvous endpoints and conf, help, visible devices, ddprun-launch, torchrun 2.9+ flags,
+// NUMA binding. launcher/launch_config.h; pure: no processes.
 #include <csignal>
 #include <sstream>
 #include <thread>
 
 #include "catch_compat.h"
 #include "launch_config_test_util.h"
+#include "launcher/launch_config.h"
 #include "temp_dir.h"
 
 namespace {
@@ -373,7 +372,23 @@ TEST_CASE("torchrun 2.9+ flags: virtual local rank, duplicate filters, event log
     CHECK(o.result.exit_code == 2);
     CHECK(o.result.message ==
           "ddprun: invalid --event_log_handler value 'file': expected one of null, console, "
-          "dynamic_rendezvous");
+          "dynamic_rendezvous, file:PATH");
+    o = parse({"--event_log_handler", "file:/var/log/ddprun/events.jsonl", "train.py"});
+    CHECK(o.config.event_log_file == "/var/log/ddprun/events.jsonl");
+    CHECK(o.config.event_log_handler == EventLogHandler::kNull);  // torch's events: not printed
+    o = parse({"--event_log_handler", "file:", "train.py"});
+    CHECK(o.result.exit_code == 2);
+    CHECK_THAT(o.result.message, Catch::Contains("file:PATH with a path"));
+  }
+  SECTION("--straggler_factor: above 1, or 0 for off") {
+    CHECK(parse({"train.py"}).config.straggler_factor == 1.5);
+    CHECK(parse({"--straggler_factor", "2", "train.py"}).config.straggler_factor == 2.0);
+    CHECK(parse({"train.py"}, {{"PET_STRAGGLER_FACTOR", "0"}}).config.straggler_factor == 0.0);
+    for (const char* bad : {"1", "0.5", "-2", "x", "1e9"}) {
+      auto o = parse({"--straggler_factor", bad, "train.py"});
+      CHECK(o.result.exit_code == 2);
+      CHECK_THAT(o.result.message, Catch::Contains("a factor above 1 (e.g. 1.5), or 0 for off"));
+    }
   }
 }
 
@@ -434,8 +449,8 @@ TEST_CASE("numa binding (--numa-binding) chooses each local rank's CPUs at parse
 }
 
 TEST_CASE("etcd backends: members, port 2379, torchrun's rdzv_conf keys per backend", "[launcher][cli]") {
-  auto o = parse({"--nnodes", "2:3", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1, e2:2380", "--rdzv_conf",
-                  "protocol=HTTPS,etcd_prefix=/my/prefix,last_call_timeout=2", "t.py"});
+  auto o = parse({"--nnodes", "2:3", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1, e2:2380",
+                  "--rdzv_conf", "protocol=HTTPS,etcd_prefix=/my/prefix,last_call_timeout=2", "t.py"});
   REQUIRE(o.result.exit_code == 0);
   CHECK(o.config.rdzv_kind == RendezvousKind::kEtcd);
   CHECK(o.config.rdzv_endpoint == ddprun::rdzv::Endpoint{"e1", 2379});  // etcd's client port by default

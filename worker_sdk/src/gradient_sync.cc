@@ -6,8 +6,6 @@
 // owns a disjoint slice, and the communication thread reads a bucket only after it is marked ready.
 #include "ddprun/gradient_sync.h"
 
-#include "ddprun/progress.h"
-
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
@@ -26,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "ddprun/progress.h"
 #include "ddprun/tensor_ops.h"
 #include "parameter_sets.h"
 
@@ -173,9 +172,10 @@ struct GradientSynchronizer::State : std::enable_shared_from_this<State> {
       if (stop) return;
       const size_t b = next_launch++;
       Bucket& bucket = buckets[b];
+      const auto t0 = SteadyClock::now();
+      if (b == 0) current.first_collective = t0;
       lk.unlock();
       std::exception_ptr failure;
-      const auto t0 = SteadyClock::now();
       try {
         wait_for_copies(bucket);
         pg.all_reduce(bucket.flat.data_ptr(), static_cast<size_t>(bucket.flat.numel()), bucket.dtype,
@@ -407,11 +407,20 @@ GradientSynchronizer::NoSyncGuard GradientSynchronizer::no_sync() {
 
 void GradientSynchronizer::finish() {
   state_->finish();
-  // A synchronised step ended: progress for ddprun's hang detection, and this rank's step time.
+  // A synchronised step ended: progress for ddprun's hang detection, this rank's step time and, for the
+  // straggler report, the time from the previous step's end to this step's first collective (unknown for
+  // the first step).
   const auto now = std::chrono::steady_clock::now();
-  const double seconds = last_finish_ ? std::chrono::duration<double>(now - *last_finish_).count() : 0.0;
+  const auto first_collective = last_stats().first_collective;
+  double step = -1, before_collective = -1;
+  if (last_finish_) {
+    step = std::chrono::duration<double>(now - *last_finish_).count();
+    if (first_collective > *last_finish_) {
+      before_collective = std::chrono::duration<double>(first_collective - *last_finish_).count();
+    }
+  }
   last_finish_ = now;
-  heartbeat(seconds);
+  heartbeat(step, before_collective);
 }
 
 void GradientSynchronizer::broadcast_parameters(int root) {

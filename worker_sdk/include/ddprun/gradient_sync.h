@@ -82,6 +82,9 @@ struct GradientSyncStats {
   size_t bytes = 0;                           // gradient bytes all-reduced
   std::chrono::nanoseconds communication{0};  // summed time inside all_reduce calls
   std::chrono::nanoseconds exposed_wait{0};   // end of backward spent waiting for communication (not hidden)
+  // When the step's first bucket began its all-reduce: the end of this rank's own work before communication
+  // (the straggler report measures from the previous step's end to here).
+  std::chrono::steady_clock::time_point first_collective{};
 };
 
 class GradientSynchronizer {
