@@ -101,6 +101,10 @@ constexpr FlagSpec kFlags[] = {
      "Serve /metrics (Prometheus), /healthz and /readyz on this port (0 = off)", "0", false},
     {K::kValue, "--metrics_addr,--metrics-addr", "METRICS_ADDR",
      "The address --metrics_port binds (an IPv4 or IPv6 address; default every interface)", "", false},
+    {K::kValue, "--rdzv_secret_file,--rdzv-secret-file", "RDZV_SECRET_FILE",
+     "A file holding the job's secret: every agent proves it to the store, which then admits only the job "
+     "(docs/security.md). Make one with: (umask 077; openssl rand -hex 32 > FILE)",
+     "", false},
     {K::kValue, "--straggler_factor,--straggler-factor", "STRAGGLER_FACTOR",
      "A rank whose time before its step's first collective stays this many times the job's median is named a "
      "straggler (0 = off)",

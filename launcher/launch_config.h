@@ -30,6 +30,7 @@
 #include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm_env.h"
 #include "rendezvous/store/endpoint.h"
+#include "rendezvous/store/store_auth.h"
 
 namespace ddprun::launcher {
 
@@ -146,6 +147,10 @@ struct LaunchConfig {
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
   std::filesystem::path event_log_file;                        // --event-log-handler file:PATH; "" = none
   double straggler_factor = 1.5;                               // --straggler_factor; 0 = off
+  // --rdzv_secret_file (docs/security.md): the file, and the job's secret read from it by the launcher's main
+  // before the rendezvous starts (null: an open store).
+  std::filesystem::path rdzv_secret_file;
+  std::shared_ptr<const rdzv::StoreAuth> store_auth;
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
   // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.
   std::optional<NumaAffinity> numa_binding;

@@ -35,6 +35,7 @@
 #include "launcher/slurm_port.h"
 #include "launcher/status_command.h"
 #include "launcher/torch_version.h"
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
@@ -158,6 +159,28 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   const auto problems = ddprun::launcher::preflight(config, context.env, cwd);
   for (const std::string& problem : problems) std::cerr << problem << "\n";
   if (!problems.empty()) return ddprun::agent::kExitUsage;
+
+  if (!config.rdzv_secret_file.empty()) {
+    if (config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
+        config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2) {
+      spdlog::error(
+          "--rdzv_secret_file protects ddprun's own stores (static, c10d); the etcd backends keep the "
+          "rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
+          "cert_file=...)");
+      return ddprun::agent::kExitUsage;
+    }
+    try {
+      std::string warning;
+      config.store_auth = std::make_shared<ddprun::rdzv::HmacAuth>(
+          ddprun::rdzv::read_secret_file(config.rdzv_secret_file, warning));
+      if (!warning.empty()) spdlog::warn("{}", warning);
+      spdlog::info("the job's store admits only agents that hold the secret of {}",
+                   config.rdzv_secret_file.string());
+    } catch (const std::runtime_error& e) {
+      spdlog::error("{}; check --rdzv_secret_file", e.what());
+      return ddprun::agent::kExitUsage;
+    }
+  }
 
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> rdzv;
   try {

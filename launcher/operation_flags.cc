@@ -17,6 +17,8 @@ void parse_operation_flags(const std::function<Given(const std::string&)>& get, 
   c.metrics_port = parse_master_port(get("--metrics_port"));
   c.metrics_addr = trim(get("--metrics_addr").text);
 
+  c.rdzv_secret_file = trim(get("--rdzv_secret_file").text);
+
   const Given factor = get("--straggler_factor");
   const std::optional<double> f = to_double(factor.text);
   if (!f || (*f != 0 && *f <= 1) || *f > 1000) fail(factor, "a factor above 1 (e.g. 1.5), or 0 for off");

@@ -22,6 +22,7 @@ rdzv::StaticRendezvousOptions static_options(const LaunchConfig& c) {
     o.advertised_addr = kStandaloneMasterAddr;
   }
   o.store_memory_budget = c.store_memory_budget;
+  o.auth = c.store_auth;
   o.join_timeout = millis(c.rdzv_timings.join_timeout);
   o.connect_timeout = o.join_timeout;
   return o;
@@ -53,6 +54,7 @@ rdzv::DynamicRendezvousOptions c10d_options(const LaunchConfig& c) {
   o.fallback_endpoints = c.rdzv_fallbacks;
   o.failover = c.store_failover;
   o.store_memory_budget = c.store_memory_budget;
+  o.auth = c.store_auth;
   return o;
 }
 

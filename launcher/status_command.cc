@@ -15,6 +15,7 @@
 #include "launcher/hostlist.h"
 #include "launcher/job_status.h"
 #include "launcher/slurm_env.h"
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 
@@ -31,6 +32,7 @@ struct Options {
   std::vector<rdzv::Endpoint> endpoints;  // tried in order
   std::string run_id = "none";
   bool json = false, watch = false;
+  std::shared_ptr<const rdzv::StoreAuth> auth;  // --rdzv_secret_file: a store that requires the secret
 };
 
 std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
@@ -43,13 +45,15 @@ std::string env_or(const std::map<std::string, std::string>& env, const std::str
 Options parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
   CLI::App app{"ddprun status: a running job as its agents publish it (docs/observability.md)",
                "ddprun status"};
-  std::string endpoint, run_id, backend, master_addr, master_port;
+  std::string endpoint, run_id, backend, master_addr, master_port, secret_file;
   Options o;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's store: host:port (c10d: a list)");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "The job's --rdzv_id");
   app.add_option("--rdzv_backend,--rdzv-backend", backend, "static (default) or c10d");
   app.add_option("--master_addr,--master-addr", master_addr, "static: the store's host");
   app.add_option("--master_port,--master-port", master_port, "static: the store's port");
+  app.add_option("--rdzv_secret_file,--rdzv-secret-file", secret_file,
+                 "The job's secret file, when its store requires one (docs/security.md)");
   app.add_flag("--json", o.json, "Print the JSON document instead of the table");
   app.add_flag("--watch", o.watch, "Redraw every second until Ctrl-C");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -97,6 +101,15 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
                            master_port.empty() ? uint16_t{29500} : parse_master_port(g_port)});
   }
   if (!run_id.empty()) o.run_id = run_id;
+  if (!pick(secret_file, "--rdzv_secret_file", "PET_RDZV_SECRET_FILE").text.empty()) {
+    std::string warning;
+    try {
+      o.auth = std::make_shared<rdzv::HmacAuth>(rdzv::read_secret_file(secret_file, warning));
+    } catch (const std::runtime_error& e) {
+      throw UsageError(std::string("ddprun status: ") + e.what());
+    }
+    if (!warning.empty()) std::cerr << "ddprun status: " << warning << "\n";
+  }
   return o;
 }
 
@@ -105,8 +118,8 @@ std::optional<json> read_once(const Options& o, int& code, std::string& error) {
   code = agent::kExitStoreFailed;
   for (const auto& ep : o.endpoints) {
     try {
-      rdzv::StoreClient store(ep.host, ep.port,
-                              rdzv::StoreClientOptions{.connect_timeout = 3s, .timeout = 10s});
+      rdzv::StoreClient store(
+          ep.host, ep.port, rdzv::StoreClientOptions{.connect_timeout = 3s, .timeout = 10s, .auth = o.auth});
       return read_job_status(store, o.run_id, ep.to_string());
     } catch (const JobNotFound& e) {
       code = agent::kExitRendezvousFailed;

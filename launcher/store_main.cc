@@ -5,15 +5,15 @@
 //
 // Prints "ddprun-store listening on ADDR:PORT" on stdout once it accepts connections (port 0 picks one).
 // Stops cleanly on SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 2 bad flags, 3 cannot listen.
-#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
-#include <boost/asio.hpp>
-#include <iostream>
-
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <CLI/CLI.hpp>
+#include <boost/asio.hpp>
+#include <iostream>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/util/text_util.h"
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   std::string dialect = "auto";
   std::string log_level = "info";
   size_t request_timeout_ms = static_cast<size_t>(opts.request_timeout.count());
-  std::string memory_budget;
+  std::string memory_budget, secret_file;
   app.add_option("--host", opts.host, "Address to listen on (default: every interface, IPv4 and IPv6)");
   app.add_option("--port", opts.port, "TCP port; 0 picks a free one")->check(CLI::Range(0, 65535));
   app.add_option("--dialect", dialect, "Protocol dialect: auto detects it per connection")
@@ -46,16 +46,22 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections", opts.max_connections,
                  "Connections beyond this are closed at accept (default: the descriptor limit minus 64)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "Longest key accepted")->check(CLI::PositiveNumber);
+  app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "Longest key accepted")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-value-bytes", opts.limits.max_value_bytes, "Longest value accepted")
       ->check(CLI::PositiveNumber);
   app.add_option("--request-timeout-ms", request_timeout_ms,
                  "A client must complete a request it started within this time")
       ->check(CLI::PositiveNumber);
-  app.add_option("--memory-budget", memory_budget,
-                 "Memory the store may hold for its clients (unfinished requests, unread replies; a stored value "
-                 "queued for many clients counts once): bytes, or with a unit K, M, G (binary). Default: four of "
-                 "the largest values (256M with the default --max-value-bytes)");
+  app.add_option(
+      "--memory-budget", memory_budget,
+      "Memory the store may hold for its clients (unfinished requests, unread replies; a stored value "
+      "queued for many clients counts once): bytes, or with a unit K, M, G (binary). Default: four of "
+      "the largest values (256M with the default --max-value-bytes)");
+  app.add_option(
+      "--secret-file", secret_file,
+      "The job's secret (as the agents' --rdzv_secret_file): only agents that prove it may touch the "
+      "job's keys, other clients only worker keys from the job's nodes (docs/security.md)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   try {
@@ -80,6 +86,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     opts.memory_budget = *bytes;
+  }
+  if (!secret_file.empty()) {
+    std::string warning;
+    try {
+      opts.auth = std::make_shared<HmacAuth>(read_secret_file(secret_file, warning));
+    } catch (const std::runtime_error& e) {
+      std::cerr << "ddprun-store: " << e.what() << "; check --secret-file\n";
+      return 2;
+    }
+    if (!warning.empty()) std::cerr << "ddprun-store: " << warning << "\n";
   }
   raise_fd_limit();
 

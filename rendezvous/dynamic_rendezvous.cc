@@ -18,10 +18,10 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
-    : RendezvousBase(options.run_id),
+    : RendezvousBase(options.run_id, options.auth),
       options_(std::move(options)),
       store_at_{options_.endpoint_host, options_.endpoint_port},
-      failover_(keys_, heartbeat_timeout(), options_.close_timeout) {
+      failover_(keys_, heartbeat_timeout(), options_.close_timeout, options_.auth) {
   if (options_.host.empty()) options_.host = local_hostname();
   if (options_.identity.empty()) options_.identity = options_.host + ":" + std::to_string(::getpid());
   if (external()) {
@@ -47,7 +47,8 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
       StoreServerOptions so;
       so.port = options_.endpoint_port;
       so.memory_budget = options_.store_memory_budget;
-      loss_reporter_ = std::make_unique<LossReporter>(keys_, [this] { return round_.load(); });
+      loss_reporter_ = std::make_unique<LossReporter>(
+          keys_, [this] { return round_.load(); }, auth_);
       so.on_connection_key_released = loss_reporter_->hook();
       store_at_.port = host_store(so);
       loss_reporter_->start(store_at_.host, store_at_.port);

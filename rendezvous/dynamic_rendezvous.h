@@ -69,6 +69,7 @@
 
 #include "rendezvous/loss_reporter.h"
 #include "rendezvous/rendezvous_base.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store_failover.h"
 
 namespace ddprun::rdzv {
@@ -91,6 +92,9 @@ struct DynamicRendezvousOptions {
   std::string local_addr;  // this node's address for the others (its standby store); "" = found by routing
   // StoreServerOptions::memory_budget of the stores this agent hosts, the job's and its standby (0: default).
   size_t store_memory_budget = 0;
+  // The job's secret (--rdzv_secret_file; store_auth.h) for the stores this agent hosts and its connections,
+  // the standby's included; null: none (not used with external_store).
+  std::shared_ptr<const StoreAuth> auth;
   // Host the store: explicitly (is_host=1/0) or, when unset, if the endpoint is an address of this machine.
   std::optional<bool> is_host;
   std::string identity;  // unique per agent; default "<hostname>:<pid>"

@@ -20,8 +20,12 @@ struct LossReporter::Queue {
   bool closed = false;
 };
 
-LossReporter::LossReporter(RoundKeys keys, std::function<int()> current_round)
-    : keys_(std::move(keys)), current_round_(std::move(current_round)), queue_(std::make_shared<Queue>()) {}
+LossReporter::LossReporter(RoundKeys keys, std::function<int()> current_round,
+                           std::shared_ptr<const StoreAuth> auth)
+    : keys_(std::move(keys)),
+      current_round_(std::move(current_round)),
+      auth_(std::move(auth)),
+      queue_(std::make_shared<Queue>()) {}
 
 LossReporter::~LossReporter() {
   {
@@ -66,7 +70,8 @@ void LossReporter::run(const std::string& host, uint16_t port) {
       if (!store) {
         store = std::make_unique<StoreClient>(host, port,
                                               StoreClientOptions{.connect_timeout = std::chrono::seconds(5),
-                                                                 .timeout = std::chrono::seconds(5)});
+                                                                 .timeout = std::chrono::seconds(5),
+                                                                 .auth = auth_});
       }
       const std::string members_key = keys_.round_key(r, "members");
       if (!store->check({members_key})) continue;

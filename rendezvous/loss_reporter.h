@@ -22,13 +22,16 @@
 #include <thread>
 
 #include "rendezvous/round_keys.h"
+#include "rendezvous/store/store_auth.h"
 
 namespace ddprun::rdzv {
 
 class LossReporter {
  public:
   // current_round(): the round this node runs now (-1: none).
-  LossReporter(RoundKeys keys, std::function<int()> current_round);
+  // `auth`: the job's secret for its connection to the store (null: none).
+  LossReporter(RoundKeys keys, std::function<int()> current_round,
+               std::shared_ptr<const StoreAuth> auth = nullptr);
   ~LossReporter();
   LossReporter(const LossReporter&) = delete;
   LossReporter& operator=(const LossReporter&) = delete;
@@ -44,6 +47,7 @@ class LossReporter {
 
   RoundKeys keys_;
   std::function<int()> current_round_;
+  std::shared_ptr<const StoreAuth> auth_;
   std::shared_ptr<Queue> queue_;
   std::thread thread_;
 };

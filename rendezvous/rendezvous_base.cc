@@ -14,12 +14,15 @@ namespace ddprun::rdzv {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-RendezvousBase::RendezvousBase(std::string run_id) : keys_(std::move(run_id)) {}
+RendezvousBase::RendezvousBase(std::string run_id, std::shared_ptr<const StoreAuth> auth)
+    : keys_(std::move(run_id)), auth_(std::move(auth)) {}
 
 RendezvousBase::~RendezvousBase() = default;
 
 uint16_t RendezvousBase::host_store(const StoreServerOptions& options) {
-  server_ = std::make_unique<StoreServerThread>(options);  // BindError names addr:port
+  StoreServerOptions with_auth = options;
+  with_auth.auth = auth_;
+  server_ = std::make_unique<StoreServerThread>(with_auth);  // BindError names addr:port
   spdlog::info("rendezvous {}: hosting the store on {}", run_id(), server_->local_endpoint());
   return server_->port();
 }
@@ -30,6 +33,7 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
   StoreClientOptions co;
   co.connect_timeout = t.connect;
   co.timeout = t.request;
+  co.auth = auth_;
   try {
     auto store = std::make_unique<StoreClient>(host, port, co);
     if (t.reconnect.count() > 0) store->set_connect_timeout(t.reconnect);
@@ -62,7 +66,9 @@ void RendezvousBase::enter_round(int round, int rank, int nodes) {
 }
 
 std::optional<RoundStop> RendezvousBase::watch_step(Clock::time_point deadline) {
-  auto left = duration_cast<milliseconds>(deadline - Clock::now());
+  // Rounded up: a wait rounded down ends just before the deadline, and the caller's loop would then send a
+  // 0 ms WAIT (and its CANCEL_WAIT) again and again until the deadline passed.
+  auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
   return keys_.wait_stopped(*watcher_, round_.load(), std::max(milliseconds(0), left));
 }
 

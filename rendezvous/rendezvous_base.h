@@ -23,6 +23,7 @@
 
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/round_keys.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store_silence.h"
@@ -55,9 +56,12 @@ class RendezvousBase : public RendezvousHandler {
     std::chrono::milliseconds watcher_reconnect{0};
   };
 
-  explicit RendezvousBase(std::string run_id);
+  // `auth`: the job's secret (store_auth.h), for every store this node hosts and every connection it makes;
+  // null: open stores.
+  explicit RendezvousBase(std::string run_id, std::shared_ptr<const StoreAuth> auth = nullptr);
 
-  // Starts the store this node hosts; returns its port. Throws BindError naming addr:port.
+  // Starts the store this node hosts (with the job's secret); returns its port. Throws BindError naming
+  // addr:port.
   uint16_t host_store(const StoreServerOptions& options);
   // Connects both connections to host:port. Throws RendezvousStoreError naming the endpoint when the store
   // cannot be reached, or does not answer, within t.connect.
@@ -106,6 +110,7 @@ class RendezvousBase : public RendezvousHandler {
   RendezvousStoreError store_failure(const StoreError& e) const override;
 
   RoundKeys keys_;
+  std::shared_ptr<const StoreAuth> auth_;      // the job's secret; null: none
   std::unique_ptr<StoreServerThread> server_;  // null unless this node hosts the store
   std::unique_ptr<Store> store_;               // the agent loop's connection
   std::unique_ptr<Store> watcher_;             // the watcher thread's connection

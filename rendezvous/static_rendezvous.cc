@@ -14,7 +14,7 @@ namespace ddprun::rdzv {
 using std::chrono::milliseconds;
 
 StaticRendezvous::StaticRendezvous(StaticRendezvousOptions options)
-    : RendezvousBase(options.run_id), options_(std::move(options)) {
+    : RendezvousBase(options.run_id, options.auth), options_(std::move(options)) {
   uint16_t port = options_.master_port;
   if (options_.host_store) {
     StoreServerOptions so;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include "rendezvous/rendezvous_base.h"
+#include "rendezvous/store/store_auth.h"
 
 namespace ddprun::rdzv {
 
@@ -32,11 +33,12 @@ struct StaticRendezvousOptions {
   int node_rank = 0;
   int nnodes = 1;
   std::string master_addr = "127.0.0.1";
-  uint16_t master_port = 29500;  // 0 with host_store: pick a free port (standalone)
-  bool host_store = false;       // this agent runs the store (node 0)
-  std::string bind_host;         // where the hosted store listens ("" = every interface)
+  uint16_t master_port = 29500;    // 0 with host_store: pick a free port (standalone)
+  bool host_store = false;         // this agent runs the store (node 0)
+  std::string bind_host;           // where the hosted store listens ("" = every interface)
   size_t store_memory_budget = 0;  // the hosted store's StoreServerOptions::memory_budget (0: its default)
-  std::string advertised_addr;   // the workers' MASTER_ADDR (RendezvousInfo::store_host); "" = master_addr
+  std::shared_ptr<const StoreAuth> auth;  // the job's secret (--rdzv_secret_file; store_auth.h); null: none
+  std::string advertised_addr;  // the workers' MASTER_ADDR (RendezvousInfo::store_host); "" = master_addr
   std::chrono::milliseconds join_timeout{600000};     // the round must complete in time; one request's limit
   std::chrono::milliseconds connect_timeout{600000};  // reaching the store; the watcher's stall tolerance
   std::chrono::milliseconds progress_interval{5000};

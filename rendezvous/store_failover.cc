@@ -21,10 +21,12 @@ constexpr milliseconds kProbe{1000};
 
 // A connection to `ep` whose handshake and every request wait at most `timeout`; nullptr when the store
 // does not answer.
-std::unique_ptr<StoreClient> connect_quietly(const Endpoint& ep, milliseconds timeout) {
+std::unique_ptr<StoreClient> connect_quietly(const Endpoint& ep, milliseconds timeout,
+                                             const std::shared_ptr<const StoreAuth>& auth) {
   StoreClientOptions o;
   o.connect_timeout = timeout;
   o.timeout = timeout;
+  o.auth = auth;
   try {
     return std::make_unique<StoreClient>(ep.host, ep.port, o);
   } catch (const StoreError&) {
@@ -33,9 +35,10 @@ std::unique_ptr<StoreClient> connect_quietly(const Endpoint& ep, milliseconds ti
 }
 
 // As connect_quietly, after a probe: a refused or silent endpoint costs no connect retries.
-std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeout) {
+std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeout,
+                                         const std::shared_ptr<const StoreAuth>& auth) {
   if (probe_tcp(ep.host, ep.port, timeout) != Reach::kOpen) return nullptr;
-  return connect_quietly(ep, timeout);
+  return connect_quietly(ep, timeout, auth);
 }
 
 std::string reach_text(Reach r) {
@@ -45,14 +48,18 @@ std::string reach_text(Reach r) {
 }  // namespace
 
 StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeout,
-                             milliseconds takeover_timeout)
-    : keys_(keys), heartbeat_timeout_(heartbeat_timeout), takeover_timeout_(takeover_timeout) {}
+                             milliseconds takeover_timeout, std::shared_ptr<const StoreAuth> auth)
+    : keys_(keys),
+      auth_(std::move(auth)),
+      heartbeat_timeout_(heartbeat_timeout),
+      takeover_timeout_(takeover_timeout) {}
 
 StoreFailover::~StoreFailover() = default;
 
 void StoreFailover::start_standby(const std::string& address, uint16_t port, size_t memory_budget) {
   StoreServerOptions o;
   o.preset = {{wire_key("standby"), "1"}};
+  o.auth = auth_;
   o.port = port;
   o.memory_budget = memory_budget;
   try {
@@ -94,7 +101,7 @@ bool StoreFailover::lost(const Endpoint& store, Clock::time_point silent_since) 
   while (true) {
     const Reach reach = probe_tcp(store.host, store.port, kProbe);
     if (reach == Reach::kRefused) return true;
-    if (reach == Reach::kOpen && connect_quietly(store, kProbe)) return false;
+    if (reach == Reach::kOpen && connect_quietly(store, kProbe, auth_)) return false;
     if (Clock::now() >= deadline) return true;
     std::this_thread::sleep_for(std::min(milliseconds(250), heartbeat_timeout_));
   }
@@ -109,6 +116,7 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
     if (name == standby_ && standby_server_) {
       StoreClientOptions o;
       o.connect_timeout = o.timeout = milliseconds(5000);
+      o.auth = auth_;
       StoreClient self("127.0.0.1", standby_server_->port(), o);
       self.set(keys_.key("active"), lost);
       spdlog::warn("rendezvous {}: the store at {} is lost; this node ({}) hosts the job's store from now on",
@@ -125,6 +133,7 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
                    lost, name);
       StoreClientOptions o;
       o.connect_timeout = milliseconds(2000);
+      o.auth = auth_;
       o.timeout = takeover_timeout_ + milliseconds(5000);
       try {
         StoreClient peer(c.host, c.port, o);
@@ -152,7 +161,7 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
 std::optional<Endpoint> StoreFailover::moved_to(const std::vector<Endpoint>& successors,
                                                 const std::string& lost) const {
   for (const Endpoint& c : successors) {
-    auto client = open_client(c, kProbe);
+    auto client = open_client(c, kProbe, auth_);
     try {
       if (client && client->check({keys_.key("active")}) && client->get(keys_.key("active")) == lost)
         return c;
@@ -164,7 +173,7 @@ std::optional<Endpoint> StoreFailover::moved_to(const std::vector<Endpoint>& suc
 
 std::optional<Endpoint> StoreFailover::find_job(const std::vector<Endpoint>& endpoints) const {
   for (const Endpoint& ep : endpoints) {
-    auto client = open_client(ep, kProbe);
+    auto client = open_client(ep, kProbe, auth_);
     try {
       if (client && (!client->check({keys_.key("standby")}) || client->check({keys_.key("active")})))
         return ep;

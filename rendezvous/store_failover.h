@@ -41,6 +41,7 @@
 
 #include "rendezvous/round_keys.h"
 #include "rendezvous/store/endpoint.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/store_server.h"
 
 namespace ddprun::rdzv {
@@ -52,8 +53,9 @@ class StoreFailover {
 
   // heartbeat_timeout: how long a silent store counts as alive. takeover_timeout: how long survivors wait for
   // a reachable successor to take over (the close timeout).
+  // `auth`: the job's secret for the standby store and every connection (null: none).
   StoreFailover(const RoundKeys& keys, std::chrono::milliseconds heartbeat_timeout,
-                std::chrono::milliseconds takeover_timeout);
+                std::chrono::milliseconds takeover_timeout, std::shared_ptr<const StoreAuth> auth = nullptr);
   ~StoreFailover();
 
   // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port, with
@@ -97,6 +99,7 @@ class StoreFailover {
   std::string wire_key(const std::string& k) const { return "/" + keys_.key(k); }
 
   RoundKeys keys_;
+  std::shared_ptr<const StoreAuth> auth_;
   std::chrono::milliseconds heartbeat_timeout_;
   std::chrono::milliseconds takeover_timeout_;
   std::unique_ptr<StoreServerThread> standby_server_;

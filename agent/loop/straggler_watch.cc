@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "agent/loop/event_queue.h"
@@ -24,6 +25,11 @@ std::vector<StragglerEpisode> StragglerWatch::sample(const rdzv::RendezvousInfo&
     flagged_.clear();  // the report of an earlier round: `ddprun status` ignores it
   }
   if (round.group_rank != 0) return {};
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_) return {};
+  // Each refresh (2 s apart, hence the 1.9 s), or 20 ms per node in a job of more than 100 nodes.
+  next_ = now + std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1900),
+                                                    std::chrono::milliseconds(20) * round.group_world_size);
   std::vector<std::string> docs;
   try {
     docs = rdzv_.status_documents(reread_index_);

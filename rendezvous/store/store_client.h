@@ -8,7 +8,8 @@
 // Deadlines: connecting retries with exponential backoff (50 ms doubling to 1 s) until connect_timeout;
 // every request waits at most `timeout()` (or the timeout given to wait()) for its reply.
 // Errors: TimeoutError (WaitTimeoutError: a WAIT's keys did not appear in time; HandshakeTimeoutError: the
-// store was silent at the modern handshake), ConnectionLostError (the connection is then re-established by
+// store was silent at the modern handshake), AuthenticationError (options.auth: no shared secret),
+// ConnectionLostError (the connection is then re-established by
 // the next call), ClosedError after close(), BadReplyError, InvalidArgumentError (see store_error.h).
 // Messages name host:port and the operation.
 #pragma once
@@ -21,6 +22,7 @@
 #include <string>
 
 #include "rendezvous/store/store.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/wire_codec.h"
 
 namespace ddprun::rdzv {
@@ -32,6 +34,9 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{300000};
   std::string key_prefix = "/";
   WireLimits limits;  // replies longer than limits.max_value_bytes are BadReplyError
+  // The job's secret (modern dialect): every connection proves it to the store and checks the store's proof
+  // (store_auth.h) before its first request; AuthenticationError when they do not match. Null: none.
+  std::shared_ptr<const StoreAuth> auth;
 };
 
 class StoreClient final : public Store {
@@ -75,6 +80,8 @@ class StoreClient final : public Store {
   // Sends `req` (keys already prefixed) on a live connection, reconnecting first if the last one broke.
   Connection& send(const Request& req, std::chrono::steady_clock::time_point deadline);
   void connect_locked();
+  // AUTH (store_auth.h) on a fresh connection; AuthenticationError.
+  void authenticate(Connection& conn, std::chrono::steady_clock::time_point deadline);
   std::string prefixed(std::string_view key) const;
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;
   void wait_locked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);

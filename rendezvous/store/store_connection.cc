@@ -9,15 +9,27 @@
 
 namespace ddprun::rdzv {
 
-StoreServer::Connection::Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer)
+StoreServer::Connection::Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer,
+                                    std::string address)
     : server_(std::move(server)),
       socket_(std::move(socket)),
       peer_(std::move(peer)),
+      address_(std::move(address)),
       timer_(server_->io),
       session_(
           server_->state, server_->options.limits, server_->options.dialect, [this] { on_async_output(); },
           &server_->shared),
-      writing_(&server_->shared) {}
+      writing_(&server_->shared) {
+  if (server_->options.auth) {
+    session_.set_admission({.auth = server_->options.auth,
+                            .peer_admitted = [this] { return server_->admitted(address_); },
+                            .on_authenticated =
+                                [this] {
+                                  ++server_->agent_addresses[address_];
+                                  agent_counted_ = true;
+                                }});
+  }
+}
 
 void StoreServer::Connection::account() {
   recount();
@@ -48,6 +60,8 @@ void StoreServer::Connection::start() {
 void StoreServer::Connection::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
+  if (agent_counted_ && --server_->agent_addresses[address_] <= 0) server_->agent_addresses.erase(address_);
+  agent_counted_ = false;
   if (!reason.empty()) {
     ++server_->counters.dropped;
     spdlog::warn("store: dropping client {}: {}", peer_, reason);
@@ -99,6 +113,11 @@ void StoreServer::Connection::on_readable() {
   server_->handling = nullptr;
   server_->counters.requests += result.requests;
   for (size_t op = 0; op < kOpCount; ++op) server_->counters.requests_by_op[op] += result.by_op[op];
+  if (result.refused) {
+    server_->note_refusal(address_, peer_, result.error);
+    close("");
+    return;
+  }
   if (!result.error.empty()) {
     flush();
     close(result.error);

@@ -42,6 +42,14 @@ class ConnectionLostError : public StoreError {
   using StoreError::StoreError;
 };
 
+// The store and this client do not share the job's secret (StoreClientOptions::auth, store_auth.h): the store
+// refused the client's proof, gave a wrong proof of its own (another job's store), or has no secret at all.
+// Not retried: another try gives the same answer.
+class AuthenticationError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // The local object was closed (StoreClient::close) or the server is shutting down.
 class ClosedError : public StoreError {
  public:

@@ -1,10 +1,14 @@
 #include "rendezvous/store/store_server.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "rendezvous/store/endpoint.h"
@@ -17,6 +21,35 @@ namespace {
 
 std::string describe(const tcp::endpoint& ep) {
   return format_endpoint(ep.address().to_string(), ep.port());
+}
+
+// The peer's address alone, an IPv4-mapped IPv6 address (a dual-stack listener's IPv4 client) as IPv4.
+std::string address_of(const tcp::endpoint& ep) {
+  const auto a = ep.address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string();
+  }
+  return a.to_string();
+}
+
+// Every address of this host's interfaces, and the loopback ones: clients from these are on the store's own
+// node.
+std::unordered_set<std::string> host_addresses() {
+  std::unordered_set<std::string> out{"127.0.0.1", "::1"};
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (i->ifa_addr->sa_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, text, sizeof text);
+    }
+    if (*text) out.insert(asio::ip::make_address(text).to_string());  // asio's spelling, as address_of's
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 }  // namespace
@@ -63,6 +96,19 @@ void StoreServer::Impl::bind() {
                          : "check that the address belongs to this machine";
   throw BindError("cannot listen on " + format_endpoint(host.empty() ? "::" : host, options.port) + ": " +
                   last.message() + "; " + hint);
+}
+
+void StoreServer::Impl::note_refusal(const std::string& address, const std::string& peer,
+                                     const std::string& why) {
+  ++counters.unauthorized;
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = refusal_logged.try_emplace(address, now);
+  if (!first && now - it->second < std::chrono::minutes(1)) return;
+  it->second = now;
+  if (refusal_logged.size() > 4096) {  // a scan from many addresses must not grow this without bound
+    std::erase_if(refusal_logged, [&](const auto& e) { return now - e.second >= std::chrono::minutes(1); });
+  }
+  spdlog::warn("store: refused client {}: {} (logged once a minute per address)", peer, why);
 }
 
 void StoreServer::Impl::refuse(tcp::socket socket) {
@@ -171,7 +217,8 @@ void StoreServer::Impl::accept() {
       auto remote = socket.remote_endpoint(pec);
       std::string peer = pec ? std::string("unknown peer") : describe(remote);
       ++counters.accepted;
-      auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer));
+      auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer),
+                                               pec ? std::string() : address_of(remote));
       connections.insert(conn);
       silent.push_back(conn);
       if (silent.size() > 2 * connections.size() + 64) {  // drop the expired entries now and then
@@ -220,6 +267,7 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
   if (impl_->options.on_connection_key_released) {
     impl_->state.set_release_hook(impl_->options.on_connection_key_released);
   }
+  if (impl_->options.auth) impl_->own_addresses = host_addresses();
   impl_->bind();
   impl_->accept();
 }

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/store_stats.h"
 #include "rendezvous/store/wire_codec.h"
 
@@ -65,6 +66,10 @@ struct StoreServerOptions {
   // short of descriptors reclaims silent ones).
   std::chrono::milliseconds silent_timeout{30000};
   int backlog = 4096;
+  // The job's secret (store_auth.h, docs/security.md): set, only agents that prove it may touch the job's
+  // keys, and other clients are served only from the addresses of the job's nodes (StoreSession's admission);
+  // refused clients are closed and logged once per address per minute. Null: an open store, as torch's.
+  std::shared_ptr<const StoreAuth> auth;
   // Keys (as stored: with the client's "/" prefix) that hold their value before the first request is read.
   std::vector<std::pair<std::string, std::string>> preset;
 };

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
@@ -58,6 +59,16 @@ class StoreServer::Impl {
   size_t peak_buffered = 0;
   size_t buffered() const { return owned + shared.bytes(); }
   const Connection* handling = nullptr;  // the connection whose requests are being handled right now
+  // Admission with a secret (StoreServerOptions::auth): this host's addresses, the addresses with an
+  // authenticated agent connection open (how many), and when a refusal was last logged per address.
+  std::unordered_set<std::string> own_addresses;
+  std::unordered_map<std::string, int> agent_addresses;
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> refusal_logged;
+  bool admitted(const std::string& address) const {
+    return own_addresses.count(address) > 0 || agent_addresses.count(address) > 0;
+  }
+  // A client refused by the admission: counted, logged once per address per minute.
+  void note_refusal(const std::string& address, const std::string& peer, const std::string& why);
 
   void bind();
   void accept();
@@ -73,7 +84,8 @@ class StoreServer::Impl {
 
 class StoreServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer);
+  // `address`: the peer's IP address alone (IPv4-mapped IPv6 as IPv4), for the admission.
+  Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer, std::string address);
 
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
   size_t owned() const { return accounted_; }
@@ -127,6 +139,8 @@ class StoreServer::Connection : public std::enable_shared_from_this<Connection> 
   std::shared_ptr<Impl> server_;
   tcp::socket socket_;
   std::string peer_;
+  std::string address_;
+  bool agent_counted_ = false;  // in server_->agent_addresses
   asio::steady_timer timer_;
   StoreSession session_;
   std::vector<uint8_t> pending_;

@@ -71,6 +71,7 @@ StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input
     ++result.by_op[static_cast<size_t>(scratch_.op)];
     if (std::string err = handle(scratch_, max_output); !err.empty()) {
       result.error = std::move(err);
+      result.refused = refused_;
       break;
     }
     if (out_.size() > max_output) {
@@ -98,12 +99,73 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
   waits_.insert(*id);
 }
 
+std::string StoreSession::admit(const Request& req) const {
+  if (!admission_.auth || authenticated_) return "";
+  if (req.op == Op::kValidate || req.op == Op::kPing || req.op == Op::kAuth) return "";
+  if (!admission_.peer_admitted || !admission_.peer_admitted()) {
+    return "refused " + std::string(op_name(req.op)) +
+           ": this store requires the job's secret, and the client is neither an authenticated agent nor on "
+           "a "
+           "node of the job";
+  }
+  for (const auto& k : req.keys) {
+    if (k.starts_with(KeyValueState::kAgentNamespace)) {
+      return "refused " + std::string(op_name(req.op)) + " on '" + k +
+             "': the job's own keys need an agent that proved the job's secret (--rdzv_secret_file)";
+    }
+  }
+  return "";
+}
+
+std::string StoreSession::handle_auth(const Request& req) {
+  ReplyQueue& w = out_;
+  const StoreAuth* auth = admission_.auth.get();
+  if (req.number == 1 && !auth) {  // an open store: no proof to give or take
+    w.bytes(std::string());
+    w.bytes(std::string());
+    return "";
+  }
+  if (!auth) return "AUTH phase " + std::to_string(req.number) + " on a store without a secret";
+  if (authenticated_) return "AUTH on a connection that already proved the job's secret";
+  if (req.number == 1) {
+    if (!store_nonce_.empty()) return "AUTH phase 1 twice";
+    if (req.values[0].size() != StoreAuth::kNonceBytes) {
+      return "AUTH with a nonce of " + std::to_string(req.values[0].size()) + " bytes (" +
+             std::to_string(StoreAuth::kNonceBytes) + " expected)";
+    }
+    client_nonce_ = req.values[0];
+    store_nonce_ = auth->nonce();
+    w.bytes(store_nonce_);
+    w.bytes(auth->proof("store", client_nonce_, store_nonce_));
+    return "";
+  }
+  if (req.number != 2) return "AUTH with an unknown phase " + std::to_string(req.number);
+  if (store_nonce_.empty()) return "AUTH phase 2 before phase 1";
+  if (!auth->same(req.values[0], auth->proof("agent", client_nonce_, store_nonce_))) {
+    refused_ = true;
+    return "refused AUTH: a wrong proof of the job's secret (this agent's --rdzv_secret_file differs from "
+           "the "
+           "store's)";
+  }
+  authenticated_ = true;
+  w.u8(1);
+  if (admission_.on_authenticated) admission_.on_authenticated();
+  return "";
+}
+
 std::string StoreSession::handle(Request& req, size_t max_output) {
   ReplyQueue& w = out_;
+  if (std::string why = admit(req); !why.empty()) {
+    refused_ = true;
+    return why;
+  }
+  if (req.op == Op::kAuth) return handle_auth(req);
   scope(req);
   switch (req.op) {
     case Op::kValidate:
       break;  // the parser checked the magic; no reply
+    case Op::kAuth:
+      break;  // handle_auth() above
     case Op::kPing:
       w.u32(req.number);
       break;

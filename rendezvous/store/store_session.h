@@ -13,6 +13,15 @@
 // keyspace (the whole store when no keyspace was ever named); agent keys ("/ddprun/...") first make it an
 // agent's session, whose view is the whole store for good (docs/wire-protocol.md, "Worker keyspaces").
 //
+// Admission (docs/security.md): with a StoreAuth (set_admission), a session is an agent's once it proved the
+// job's secret (AUTH, store_auth.h) and may do everything; before that, only VALIDATE, PING and AUTH are
+// served, and — when its peer is admitted (a node of the job: an address with an authenticated agent
+// connection, or the store's own host) — requests on worker keys; a request that names an agent key
+// ("/ddprun/...", the rendezvous, its stop key, the status) or comes from any other address is refused:
+// consume() sets `refused` with the error and the session must be dropped. Without a StoreAuth the store is
+// open (everything is served, as torch's TCPStore serves it) and AUTH phase 1 is answered with two empty
+// values.
+//
 // Connection-bound keys: an agent key with a "/live/" component that this session SET is removed when the
 // session ends (KeyValueState::connection_bound).
 //
@@ -31,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -40,6 +50,7 @@
 
 #include "rendezvous/store/key_value_state.h"
 #include "rendezvous/store/reply_queue.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/wire_codec.h"
 
 namespace ddprun::rdzv {
@@ -58,8 +69,18 @@ class StoreSession {
     size_t consumed = 0;  // bytes of input used by whole requests; the rest must be kept for later
     size_t requests = 0;  // how many requests were handled
     std::array<uint64_t, kOpCount> by_op{};  // of which, per operation (index: Op)
-    std::string error;  // non-empty: the client is broken and must be dropped (message says why)
+    std::string error;     // non-empty: the client is broken and must be dropped (message says why)
+    bool refused = false;  // the error is a refusal by the store's admission (see the top of this file)
   };
+
+  // How this session admits its client (see the top of this file). Before the first request.
+  struct Admission {
+    std::shared_ptr<const StoreAuth> auth;   // null: an open store
+    std::function<bool()> peer_admitted;     // the client's address is a node of the job
+    std::function<void()> on_authenticated;  // the client proved the secret
+  };
+  void set_admission(Admission admission) { admission_ = std::move(admission); }
+  bool authenticated() const { return authenticated_; }
   // Handles every whole request at the front of `input`. `max_output`: the most reply bytes output() may
   // hold (its size(): shared values counted at their length, however cheap they are to queue); past it the
   // client is broken (error set) and the remaining requests are not handled, so that a few bytes of
@@ -76,6 +97,9 @@ class StoreSession {
   // Returns an error message when the request cannot be served; empty on success.
   std::string handle(Request& req, size_t max_output);
   void handle_wait(const std::vector<std::string>& keys);
+  // Empty when the request may be served to this client; else why it is refused.
+  std::string admit(const Request& req) const;
+  std::string handle_auth(const Request& req);
   // Rewrites the request's worker keys into the session's keyspace (binding it on first use).
   void scope(Request& req);
   void bind();
@@ -99,6 +123,10 @@ class StoreSession {
   // What GETNUMKEYS and LIST_KEYS show, decided once (see the top of this file).
   enum class View { kUndecided, kKeyspace, kWholeStore };
   View view_ = View::kUndecided;
+  Admission admission_;
+  bool authenticated_ = false;
+  bool refused_ = false;
+  std::string client_nonce_, store_nonce_;  // AUTH phase 1's, for phase 2
 };
 
 }  // namespace ddprun::rdzv

@@ -13,8 +13,9 @@ namespace ddprun::rdzv {
 struct StoreServerStats {
   size_t connections = 0;
   uint64_t accepted = 0;
-  uint64_t refused = 0;  // closed at accept: over max_connections
-  uint64_t dropped = 0;  // closed for misbehaviour (silent ones reclaimed included)
+  uint64_t refused = 0;       // closed at accept: over max_connections
+  uint64_t dropped = 0;       // closed for misbehaviour (silent ones reclaimed included)
+  uint64_t unauthorized = 0;  // closed by the admission of a store with a secret (StoreServerOptions::auth)
   uint64_t requests = 0;
   std::array<uint64_t, kOpCount> requests_by_op{};  // index: Op (op_name names it)
   int64_t keys = 0;

@@ -8,9 +8,10 @@ namespace ddprun::rdzv {
 namespace {
 
 constexpr uint8_t kNone = 0xFF;
+constexpr uint8_t kAuthByte = 0xDD;  // ddprun's AUTH, the same in every dialect (store_auth.h)
 
 // Byte of each Op (indexed by Op) per dialect; kNone where the dialect lacks the op.
-constexpr std::array<uint8_t, 19> kLegacyBytes = {
+constexpr std::array<uint8_t, kOpCount> kLegacyBytes = {
     /*Validate*/ kNone, /*Set*/ 0,
     /*CompareSet*/ 1,   /*Get*/ 2,
     /*Add*/ 3,          /*Check*/ 4,
@@ -21,35 +22,30 @@ constexpr std::array<uint8_t, 19> kLegacyBytes = {
     /*MultiSet*/ kNone, /*CancelWait*/ kNone,
     /*Ping*/ kNone,     /*QueuePush*/ kNone,
     /*QueuePop*/ kNone,
-    /*QueueLen*/ kNone, /*ListKeys*/ kNone};
-constexpr std::array<uint8_t, 19> kMid2023Bytes = {kNone,
-                                                   0,
-                                                   1,
-                                                   2,
-                                                   3,
-                                                   4,
-                                                   5,
-                                                   6,
-                                                   /*WatchKey*/ kNone,
-                                                   /*DeleteKey*/ 7,
-                                                   /*Append*/ 8,
-                                                   /*MultiGet*/ 9,
-                                                   /*MultiSet*/ 10,
-                                                   /*CancelWait*/ 11,
-                                                   kNone,
-                                                   kNone,
-                                                   kNone,
-                                                   kNone,
-                                                   kNone};
-constexpr std::array<uint8_t, 19> kModernBytes = {
-    /*Validate*/ 0,
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    7,
+    /*QueueLen*/ kNone, /*ListKeys*/ kNone,
+    /*Auth*/ kAuthByte};
+constexpr std::array<uint8_t, kOpCount> kMid2023Bytes = {kNone,
+                                                         0,
+                                                         1,
+                                                         2,
+                                                         3,
+                                                         4,
+                                                         5,
+                                                         6,
+                                                         /*WatchKey*/ kNone,
+                                                         /*DeleteKey*/ 7,
+                                                         /*Append*/ 8,
+                                                         /*MultiGet*/ 9,
+                                                         /*MultiSet*/ 10,
+                                                         /*CancelWait*/ 11,
+                                                         kNone,
+                                                         kNone,
+                                                         kNone,
+                                                         kNone,
+                                                         kNone,
+                                                         /*Auth*/ kAuthByte};
+constexpr std::array<uint8_t, kOpCount> kModernBytes = {
+    /*Validate*/ 0,     1, 2, 3, 4, 5, 6, 7,
     /*WatchKey*/ kNone,
     /*DeleteKey*/ 8,
     /*Append*/ 9,
@@ -60,9 +56,10 @@ constexpr std::array<uint8_t, 19> kModernBytes = {
     /*QueuePush*/ 14,
     /*QueuePop*/ 15,
     /*QueueLen*/ 16,
-    /*ListKeys*/ 17};
+    /*ListKeys*/ 17,
+    /*Auth*/ kAuthByte};
 
-const std::array<uint8_t, 19>& table(Dialect d) {
+const std::array<uint8_t, kOpCount>& table(Dialect d) {
   switch (d) {
     case Dialect::kLegacy:
       return kLegacyBytes;
@@ -96,10 +93,10 @@ std::optional<Dialect> parse_dialect(std::string_view name) {
 }
 
 std::string_view op_name(Op op) {
-  static constexpr std::array<std::string_view, 19> kNames = {
+  static constexpr std::array<std::string_view, kOpCount> kNames = {
       "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",     "WAIT",
       "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET", "CANCEL_WAIT",
-      "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST"};
+      "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST",      "AUTH"};
   return kNames[static_cast<size_t>(op)];
 }
 
@@ -290,6 +287,8 @@ bool parse_fields(Op op, FieldParser& f, Request& out) {
     case Op::kValidate:
     case Op::kPing:
       return f.u32(out.number);
+    case Op::kAuth:
+      return f.u32(out.number) && f.value();
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:
@@ -390,6 +389,10 @@ bool encode_request(Dialect d, const Request& req, std::string& out) {
     case Op::kValidate:
     case Op::kPing:
       w.u32(req.number);
+      break;
+    case Op::kAuth:
+      w.u32(req.number);
+      w.bytes(req.values.at(0));
       break;
     case Op::kSet:
     case Op::kAppend:

@@ -52,8 +52,9 @@ enum class Op : uint8_t {
   kQueuePop,
   kQueueLen,
   kListKeys,
+  kAuth,  // ddprun's extension, byte 0xDD in every dialect: an agent proves the job's secret (store_auth.h)
 };
-inline constexpr size_t kOpCount = static_cast<size_t>(Op::kListKeys) + 1;
+inline constexpr size_t kOpCount = static_cast<size_t>(Op::kAuth) + 1;
 std::string_view op_name(Op op);
 std::optional<Op> op_from_byte(Dialect d, uint8_t byte);
 std::optional<uint8_t> op_to_byte(Dialect d, Op op);
@@ -90,7 +91,7 @@ struct WireLimits {
 //   SET, APPEND, QUEUE_PUSH: keys[0], values[0]       GET, DELETE_KEY, WATCH_KEY, QUEUE_POP, QUEUE_LEN:
 //   keys[0] COMPARE_SET: keys[0], values = {expected, desired} ADD: keys[0], delta CHECK, WAIT, MULTI_GET:
 //   keys                       MULTI_SET: keys, values (same length) VALIDATE: number (the magic) PING:
-//   number (the nonce) GETNUMKEYS, CANCEL_WAIT, LIST: nothing
+//   number (the nonce) GETNUMKEYS, CANCEL_WAIT, LIST: nothing   AUTH: number (the phase), values[0]
 struct Request {
   Op op = Op::kGetNumKeys;
   std::vector<std::string> keys;

@@ -35,9 +35,16 @@ using ddprun::testing::eventually;
 class RawSocket {
  public:
   // `rcvbuf` > 0: the receive buffer's size. `mss` > 0: the largest segment the server may send (TCP_MAXSEG).
-  explicit RawSocket(uint16_t port, int rcvbuf = 0, int mss = 0) {
+  // `source`: the local address to connect from (another loopback address, e.g. "127.0.0.2"); null: any.
+  explicit RawSocket(uint16_t port, int rcvbuf = 0, int mss = 0, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd_ >= 0);
+    if (source) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      REQUIRE(::inet_pton(AF_INET, source, &local.sin_addr) == 1);
+      REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0);
+    }
     if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     if (mss > 0) ::setsockopt(fd_, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
     sockaddr_in addr{};

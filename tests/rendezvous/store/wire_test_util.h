@@ -15,7 +15,7 @@ namespace ddprun::rdzv::wire_test {
 using Catch::Contains;  // the string matcher (catch_compat.h)
 
 inline constexpr Dialect kDialects[] = {Dialect::kLegacy, Dialect::kMid2023, Dialect::kModern};
-inline constexpr int kNumOps = 19;
+inline constexpr int kNumOps = static_cast<int>(kOpCount);
 
 // "00 0200 2f" -> bytes; spaces are ignored.
 inline std::string from_hex(std::string_view hex) {
@@ -55,6 +55,10 @@ inline Request sample(Op op) {
       break;
     case Op::kPing:
       r.number = 0xA1B2C3D4;
+      break;
+    case Op::kAuth:
+      r.number = 2;
+      r.values = {std::string(32, '\x5a')};
       break;
     case Op::kSet:
     case Op::kAppend:

@@ -1,0 +1,111 @@
+"""A job's store that lets in only its job (--rdzv_secret_file, docs/security.md), on real hosts (network
+namespaces, tests/integration/netns_hosts.py): a c10d job of 2 hosts x 2 real gloo DDP ranks whose agents share a
+secret; host 3 is a stranger on the same network, and tries, against the job's store on host 1:
+  - to read the job's keys (its status), to write the round's stop key, to add to the round's join counter, and
+    to connect as a worker client (torch's TCPStore, its own keys) — each refused: the store closes the
+    connection (the stranger's next request fails) and logs the refusal with the stranger's address;
+  - to join as an agent without the secret, and with a wrong secret — each refused: the agent exits 4, naming
+    why ("needs an agent that proved the job's secret", "does not hold this job's secret");
+and the job trains to the end with identical parameters on every rank, exit 0, no restart. The same job without a
+secret is open as before (the stranger reads its status). Workers: the torch the module runs with.
+"""
+import os
+import subprocess
+import textwrap
+import unittest
+
+from netns_hosts import CLUSTER, DDPRUN, NPROC, RDZV_CONF, HostsTestCase, address
+from ddprun_testlib import PYTHON
+
+PORT = 29461
+
+# Run on the stranger host: each attack with torch's own TCPStore client; prints one line per attack.
+ATTACKS = textwrap.dedent("""
+    import datetime, sys
+    import torch.distributed as dist
+    host, port, run = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+    def client():
+        return dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=10))
+
+    def attack(name, act):
+        try:
+            s = client()
+            act(s)
+            s.get("attack/probe")  # SET has no reply: a refused SET shows on the next request
+            print(name, "ALLOWED", flush=True)
+        except Exception as e:
+            print(name, "refused", type(e).__name__, flush=True)
+
+    attack("read-status", lambda s: s.get(f"ddprun/{run}/status/n"))
+    attack("write-stop", lambda s: s.set(f"ddprun/{run}/r0/stop", "stranger"))
+    attack("add-join-counter", lambda s: s.add(f"ddprun/{run}/r1/joined", 1))
+    attack("worker-client", lambda s: s.set("default_pg/stranger", "x"))
+""")
+
+
+class StoreAuthOnHosts(HostsTestCase):
+    def secret_file(self, name="job.secret", text=None):
+        path = self.path(name)
+        with open(path, "w") as f:
+            f.write(text or os.urandom(32).hex() + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def on_host(self, host, argv, timeout=120):
+        done = subprocess.run(["bash", CLUSTER, "exec", str(host), *argv], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+        return done.returncode, done.stdout, done.stderr
+
+    def attacks(self):
+        script = self.path("attacks.py")
+        with open(script, "w") as f:
+            f.write(ATTACKS)
+        rc, out, err = self.on_host(3, [PYTHON, script, address(1), str(PORT), self.run_id])
+        self.assertEqual(rc, 0, out + err)
+        return dict(line.split(" ", 2)[:2] for line in out.splitlines())
+
+    def stranger_agent(self, *secret_args):
+        """A ddprun agent on host 3 that tries to join the job: (exit code, its log)."""
+        rc, out, err = self.on_host(3, [DDPRUN, "--nnodes", "2:3", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+                                        "--rdzv_endpoint", f"{address(1)}:{PORT}", "--rdzv_id", self.run_id,
+                                        "--rdzv_conf", RDZV_CONF, *secret_args, "--no_python", "/bin/true"])
+        return rc, out + err
+
+    def test_a_stranger_is_refused_and_the_job_is_unharmed(self):
+        secret = self.secret_file()
+        agents = [self.start_training(h, PORT, steps=20000, nnodes="2",
+                                      agent_args=("--rdzv_secret_file", secret)) for h in (1, 2)]
+        self.wait_for_training(agents, nodes=2)
+
+        results = self.attacks()
+        self.assertEqual(results, {"read-status": "refused", "write-stop": "refused", "add-join-counter": "refused",
+                                   "worker-client": "refused"})
+        rc, log = self.stranger_agent()
+        self.assertEqual(rc, 4, log)
+        self.assertIn("lacks the job's secret", log)
+        rc, log = self.stranger_agent("--rdzv_secret_file", self.secret_file("wrong.secret"))
+        self.assertEqual(rc, 4, log)
+        self.assertIn("does not hold this job's secret", log)
+
+        store_log = agents[0].log()
+        self.assertIn(f"store: refused client {address(3)}", store_log.replace("[::ffff:", "").replace("]:", ":"))
+        self.stop_training()
+        self.assert_exit_zero(agents)
+        results = self.assert_results(2 * NPROC)
+        self.assertEqual({r["attempt"] for r in results}, {0}, "no restart")
+        for a in agents:
+            self.assertNotIn("restarting", a.log())
+
+    def test_without_a_secret_the_store_stays_open(self):
+        agents = [self.start_training(h, PORT, steps=20000, nnodes="2") for h in (1, 2)]
+        self.wait_for_training(agents, nodes=2)
+        rc, out, err = self.on_host(3, [DDPRUN, "status", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                                        f"{address(1)}:{PORT}", "--rdzv_id", self.run_id, "--json"])
+        self.assertEqual(rc, 0, err)  # an open store: anyone on the network reads (and could write) it
+        self.stop_training()
+        self.assert_exit_zero(agents)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
