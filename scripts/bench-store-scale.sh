@@ -9,7 +9,8 @@
 # Prints Markdown on stdout (progress on stderr); raw results in BUILD_DIR/bench-store-scale.json. The soft
 # descriptor limit is raised to the hard one (16k ranks need 16k descriptors in the generator and in the
 # server). Environment: BENCH_SCALE_RANKS (1000,4000,16000), BENCH_SCALE_SERVERS
-# (ddprun,ddprun-legacy,torch-1.13,torch-2.6; torch-2.6 is left out without the root), BENCH_REPEATS (3),
+# (ddprun,ddprun-legacy,torch-1.13,torch-2.6; also ddprun-secret: ddprun-store --secret-file; torch-2.6 is left out
+# without the root), BENCH_REPEATS (3),
 # BENCH_SCALE_TIMEOUT (120 s per run), TORCH_PYTHON (/usr/bin/python3), BENCH_BUILD (1: configure and build
 # BUILD_DIR as Release; 0: use it as built).
 # Exit codes: 0 done (failed runs show in the table), 1 build failed, a program is missing (BENCH_BUILD=0) or

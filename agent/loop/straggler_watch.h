@@ -1,8 +1,8 @@
 // StragglerWatch: the job-wide straggler report (docs/observability.md#stragglers). Every agent publishes
 // each of its ranks' time before the step's first collective in its status document (status_report.h); the
-// agent of node rank 0 of the running round reads all of them after its own status refresh (one store
-// request; the index again when a member's document is missing) — every 2 s, or 20 ms per node in a job of
-// more than 100 nodes (parsing a thousand documents takes node 0 a tenth of a second or more) — feeds the
+// agent of node rank 0 of the running round reads all of them after its own status refresh (a WAIT and a
+// MULTI_GET; the index again when a member's document is missing) — every 4 s, or 20 ms per node in a job of
+// more than 200 nodes (parsing a thousand documents takes node 0 a tenth of a second or more) — feeds the
 // ranks that made a new step to a StragglerTracker (agent/watchdog/straggler_tracker.h), logs one line per
 // episode — a warning that names `rank N`, its host, its time and the job's median — and publishes the ranks
 // flagged (RoundKeys::publish_stragglers, when they change) for `ddprun status`:

@@ -112,7 +112,11 @@ AgentMetrics::AgentMetrics()
           BuildCounter()
               .Name("ddprun_store_clients_dropped_total")
               .Help("Store clients closed for misbehaviour or for holding the most over the budget")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      store_refused_(BuildCounter()
+                         .Name("ddprun_store_clients_refused_total")
+                         .Help("Store clients refused by a store with the job's secret (--rdzv_secret_file)")
+                         .Register(*registry_)) {
   restarts_.Add({});
   for (const char* reason : {"failure", "membership", "signal", "done", "exit"})
     rounds_.Add({{"reason", reason}});
@@ -219,6 +223,10 @@ void AgentMetrics::refresh_store(const rdzv::StoreServerStats& store) {
   if (store.dropped > store_dropped_seen_)
     dropped.Increment(static_cast<double>(store.dropped - store_dropped_seen_));
   store_dropped_seen_ = store.dropped;
+  auto& refused = store_refused_.Add({});
+  if (store.unauthorized > store_refused_seen_)
+    refused.Increment(static_cast<double>(store.unauthorized - store_refused_seen_));
+  store_refused_seen_ = store.unauthorized;
 }
 
 std::string AgentMetrics::text() {

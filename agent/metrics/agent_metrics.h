@@ -69,10 +69,11 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& store_held_;
   prometheus::Family<prometheus::Gauge>& store_budget_;
   prometheus::Family<prometheus::Counter>& store_dropped_;
+  prometheus::Family<prometheus::Counter>& store_refused_;
   int restarts_seen_ = 0;
   double cpu_seen_ = 0;
   std::array<uint64_t, rdzv::kOpCount> store_requests_seen_{};
-  uint64_t store_dropped_seen_ = 0;
+  uint64_t store_dropped_seen_ = 0, store_refused_seen_ = 0;
   prometheus::Histogram* rendezvous_hist_ = nullptr;
   std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>
       rank_series_;                                     // of ranks_round_

@@ -8,6 +8,8 @@ WAIT for the barrier key, GET; see scripts/bench/store_init_storm.cc), the serve
 Servers (--servers):
   ddprun         ddprun-store, the clients in the 2.x (modern) dialect
   ddprun-legacy  ddprun-store, the clients in torch 1.13's (legacy) dialect
+  ddprun-secret  ddprun-store --secret-file (docs/security.md), the 2.x dialect: the ranks are worker clients
+                 on the store's own host, admitted by address, each request checked for the job's keys
   torch-1.13     torch 1.13's TCPStore server (Debian 12, /usr/bin/python3), legacy dialect
   torch-2.6      torch 2.6's TCPStore server in the Debian 13 root, modern dialect, use_libuv=False: Debian's
                  torch 2.6 is built without libuv, so this is the legacy (poll-based) server backend
@@ -16,6 +18,7 @@ Exit codes: 0 done (failed runs show in the table), 2 bad arguments.
 """
 
 import argparse
+import tempfile
 import json
 import os
 import socket
@@ -42,6 +45,7 @@ time.sleep(3600)
 TEXT = {
     "ddprun": ("ddprun-store", "2.x (modern)"),
     "ddprun-legacy": ("ddprun-store", "1.13 (legacy)"),
+    "ddprun-secret": ("ddprun-store --secret-file", "2.x (modern)"),
     "torch-1.13": ("torch 1.13 TCPStore", "1.13 (legacy)"),
     "torch-2.6": ("torch 2.6 TCPStore (no libuv)", "2.x (modern)"),
 }
@@ -56,9 +60,17 @@ def free_port():
 def start_server(args, name, port):
     """(Popen, pid of the serving process) once it listens."""
     if name.startswith("ddprun"):
-        p = subprocess.Popen([args.store, "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        p.stdout.readline()  # "ddprun-store listening on ..."
+        secret = []
+        if name == "ddprun-secret":
+            fd, path = tempfile.mkstemp(prefix="ddprun-bench-secret-")  # mode 600
+            os.write(fd, os.urandom(32).hex().encode())
+            os.close(fd)
+            secret = ["--secret-file", path]
+        p = subprocess.Popen([args.store, "--host", "127.0.0.1", "--port", str(port), "--log-level", "error",
+                              *secret], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p.stdout.readline()  # "ddprun-store listening on ...": the secret file was read before
+        if secret:
+            os.unlink(secret[1])
         return p, p.pid
     argv = ([args.python] if name == "torch-1.13" else [args.torch26_root, "run", "/usr/bin/python3"]) + \
         ["-c", SERVER_PY, str(port)]
@@ -74,7 +86,7 @@ def one(args, name, ranks):
     port = free_port()
     server, pid = start_server(args, name, port)
     try:
-        dialect = "modern" if name in ("ddprun", "torch-2.6") else "legacy"
+        dialect = "modern" if name in ("ddprun", "ddprun-secret", "torch-2.6") else "legacy"
         out = subprocess.run([args.storm, "--port", str(port), "--ranks", str(ranks), "--dialect", dialect,
                               "--server-pid", str(pid), "--timeout", str(args.timeout), "--label", name],
                              capture_output=True, text=True, timeout=args.timeout + 60)

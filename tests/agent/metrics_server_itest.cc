@@ -42,7 +42,8 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   metrics.worker_exited(ExitStatus{.signal = 9});
   metrics.round_ended("failure");
   metrics.rendezvous_done(std::chrono::milliseconds(120));
-  ddprun::rdzv::StoreServerStats store{.connections = 4, .requests = 10, .memory_budget = 1024};
+  ddprun::rdzv::StoreServerStats store{
+      .connections = 4, .unauthorized = 2, .requests = 10, .memory_budget = 1024};
   store.requests_by_op[static_cast<size_t>(ddprun::rdzv::Op::kSet)] = 7;
   store.requests_by_op[static_cast<size_t>(ddprun::rdzv::Op::kMultiGet)] = 3;
   std::map<int, ddprun::agent::StragglerEpisode> stragglers{
@@ -60,6 +61,7 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"set\"} 7\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"multi_get\"} 3\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_store_memory_budget_bytes 1024\n"));
+  CHECK_THAT(body, Catch::Contains("ddprun_store_clients_refused_total 2\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_straggler{host=\"node-b\",rank=\"5\"} 1\n"));
   CHECK_THAT(body, Catch::Contains("ddprun_straggler_episodes_total 1\n"));
   // Counters only grow: a second refresh with the same totals adds nothing; an episode that ended goes.

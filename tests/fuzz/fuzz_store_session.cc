@@ -14,10 +14,14 @@
 //     0xF0/0xF1: session 0/1 disconnects (destroyed, a fresh one takes its place);
 //     0xF2/0xF3: the server writes session 0/1's output (output() is cleared);
 //     other: ignored.
+// Session 1 is a stranger to a store with a secret (StoreSession's admission: a deterministic StoreAuth whose
+// proof is role[0] + the nonces' first 4 bytes, so the fuzzer can learn to pass AUTH; its address is not the
+// job's): until it proved the secret, its requests must change no key.
 // Properties (abort on violation; ASan/UBSan catch the rest):
 //   - the sessions' pending waits always add up to the state's pending_waits();
 //   - stored_bytes() never underflows (it stays below a bound derived from the input size);
 //   - a session never leaves unconsumed bytes that form a whole request;
+//   - session 1's chunks change no key (count or bytes) while it has not proved the secret;
 //   - both worlds give the same reply bytes and drop a client at the same moment;
 //   - the ledger counts exactly the distinct buffers the sharing world's queues reference;
 //   - once every session is destroyed, the state has no pending wait and no watch left, and the ledger is
@@ -31,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -50,6 +55,18 @@ using ddprun::rdzv::RequestParser;
 using ddprun::rdzv::SharedBytes;
 using ddprun::rdzv::StoreSession;
 using ddprun::rdzv::WireLimits;
+
+// Deterministic and learnable: the fuzzer only has to copy bytes to pass AUTH.
+class FuzzAuth final : public ddprun::rdzv::StoreAuth {
+ public:
+  std::string nonce() const override { return std::string(kNonceBytes, 'N'); }
+  std::string proof(std::string_view role, std::string_view client_nonce,
+                    std::string_view store_nonce) const override {
+    return std::string(role.substr(0, 1)) + std::string(client_nonce.substr(0, 4)) +
+           std::string(store_nonce.substr(0, 4));
+  }
+  bool same(std::string_view a, std::string_view b) const override { return a == b; }
+};
 
 void check(bool ok, const char* what) {
   if (!ok) {
@@ -89,8 +106,15 @@ class World {
   bool feed(int i, std::span<const uint8_t> chunk) {
     Client& c = clients_[i];
     c.pending.insert(c.pending.end(), chunk.begin(), chunk.end());
+    const bool stranger = i == 1 && !c.session->authenticated();
+    const int64_t keys_before = state_.num_keys();
+    const size_t bytes_before = state_.stored_bytes();
     auto result = c.session->consume(c.pending, max_output_);
     check(result.consumed <= c.pending.size(), "consumed more than given");
+    if (stranger && !c.session->authenticated()) {
+      check(state_.num_keys() == keys_before && state_.stored_bytes() == bytes_before,
+            "a client that did not prove the secret changed the store");
+    }
     if (!result.error.empty()) {
       disconnect(i);  // the server drops the client
       return true;
@@ -148,6 +172,9 @@ class World {
     Client& c = clients_[i];
     c.session = std::make_unique<StoreSession>(
         state_, limits_, c.dialect, [&c] { ++c.async_outputs; }, &ledger_, share_at_);
+    if (i == 1) {
+      c.session->set_admission({.auth = std::make_shared<FuzzAuth>(), .peer_admitted = [] { return false; }});
+    }
   }
 
   WireLimits limits_;

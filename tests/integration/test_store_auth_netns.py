@@ -6,15 +6,19 @@ secret; host 3 is a stranger on the same network, and tries, against the job's s
     connection (the stranger's next request fails) and logs the refusal with the stranger's address;
   - to join as an agent without the secret, and with a wrong secret — each refused: the agent exits 4, naming
     why ("needs an agent that proved the job's secret", "does not hold this job's secret");
-and the job trains to the end with identical parameters on every rank, exit 0, no restart. The same job without a
-secret is open as before (the stranger reads its status). Workers: the torch the module runs with.
+and the job trains to the end with identical parameters on every rank, exit 0, no restart. After the store's host
+is killed in a 3-host job, the standby store that takes over refuses the same attacks from host 4. The same job
+without a secret is open as before (the stranger reads its status). Workers: the torch the module runs with.
 """
 import os
 import subprocess
 import textwrap
 import unittest
 
-from netns_hosts import CLUSTER, DDPRUN, NPROC, RDZV_CONF, HostsTestCase, address
+import re
+
+from netns_hosts import (CLUSTER, DDPRUN, NPROC, RDZV_CONF, HostsTestCase, address, host_pids,
+                         kill_host_processes, wait_until)
 from ddprun_testlib import PYTHON
 
 PORT = 29461
@@ -57,11 +61,13 @@ class StoreAuthOnHosts(HostsTestCase):
                               capture_output=True, text=True, timeout=timeout)
         return done.returncode, done.stdout, done.stderr
 
-    def attacks(self):
+    def attacks(self, stranger=3, store=None):
+        """The attacks from host `stranger` against the store at `store` (host 1's port PORT by default)."""
         script = self.path("attacks.py")
         with open(script, "w") as f:
             f.write(ATTACKS)
-        rc, out, err = self.on_host(3, [PYTHON, script, address(1), str(PORT), self.run_id])
+        host, port = store or (address(1), PORT)
+        rc, out, err = self.on_host(stranger, [PYTHON, script, host, str(port), self.run_id])
         self.assertEqual(rc, 0, out + err)
         return dict(line.split(" ", 2)[:2] for line in out.splitlines())
 
@@ -96,6 +102,25 @@ class StoreAuthOnHosts(HostsTestCase):
         self.assertEqual({r["attempt"] for r in results}, {0}, "no restart")
         for a in agents:
             self.assertNotIn("restarting", a.log())
+
+    def test_the_standby_store_keeps_the_secret_after_a_failover(self):
+        secret = self.secret_file()
+        agents = [self.start_training(h, PORT, steps=20000, nnodes="2:3",
+                                      agent_args=("--rdzv_secret_file", secret)) for h in (1, 2, 3)]
+        self.wait_for_training(agents[0], nodes=3)
+        kill_host_processes(1)  # the store's host
+        wait_until(lambda: not host_pids(1), 15, "host 1's processes to die")
+        self.wait_for_training(agents[1], nodes=2)
+        took_over = re.search(r"this node \((10\.99\.0\.\d+):(\d+)\) hosts the job's store from now on",
+                              agents[1].log() + agents[2].log())
+        self.assertTrue(took_over, self.describe_all())
+        standby = (took_over[1], int(took_over[2]))
+        results = self.attacks(stranger=4, store=standby)
+        self.assertEqual(set(results.values()), {"refused"}, results)
+        self.stop_training()
+        self.assert_exit_zero(agents[1:])
+        results = self.assert_results(2 * NPROC)
+        self.assertEqual(len({r["attempt"] for r in results}), 1, results)
 
     def test_without_a_secret_the_store_stays_open(self):
         agents = [self.start_training(h, PORT, steps=20000, nnodes="2") for h in (1, 2)]
