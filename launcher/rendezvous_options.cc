@@ -20,6 +20,8 @@ rdzv::StaticRendezvousOptions static_options(const LaunchConfig& c) {
   if (standalone) {
     o.bind_host = c.rdzv_endpoint.host;
     o.advertised_addr = kStandaloneMasterAddr;
+  } else {
+    o.bind_host = c.local_addr;  // --local_addr: node 0's store listens there only ("": every interface)
   }
   o.store_memory_budget = c.store_memory_budget;
   o.auth = c.store_auth;

@@ -53,7 +53,7 @@ void DynamicRendezvous::start_standby() {
   for (const auto& ep : options_.fallback_endpoints) {
     if (is_local_host(ep.host)) port = ep.port;
   }
-  failover_.start_standby(address, port, options_.store_memory_budget);
+  failover_.start_standby(address, port, options_.store_memory_budget, options_.local_addr);
 }
 
 RoundStop DynamicRendezvous::lose_store(const std::string& why) {

@@ -45,6 +45,7 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
   if (hosting) {
     try {
       StoreServerOptions so;
+      so.host = options_.local_addr;  // "" = every interface
       so.port = options_.endpoint_port;
       so.memory_budget = options_.store_memory_budget;
       loss_reporter_ = std::make_unique<LossReporter>(

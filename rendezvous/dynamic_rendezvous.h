@@ -89,7 +89,9 @@ struct DynamicRendezvousOptions {
   // store.
   std::vector<Endpoint> fallback_endpoints;
   bool failover = true;    // survive the store host's loss (store_failover.h); needs max_nodes > 1
-  std::string local_addr;  // this node's address for the others (its standby store); "" = found by routing
+  // This node's address for the others (its standby store); given, every store this agent hosts (the job's,
+  // its standby) listens on it only. "" = found by routing, the stores on every interface.
+  std::string local_addr;
   // StoreServerOptions::memory_budget of the stores this agent hosts, the job's and its standby (0: default).
   size_t store_memory_budget = 0;
   // The job's secret (--rdzv_secret_file; store_auth.h) for the stores this agent hosts and its connections,

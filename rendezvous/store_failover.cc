@@ -56,8 +56,11 @@ StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeo
 
 StoreFailover::~StoreFailover() = default;
 
-void StoreFailover::start_standby(const std::string& address, uint16_t port, size_t memory_budget) {
+void StoreFailover::start_standby(const std::string& address, uint16_t port, size_t memory_budget,
+                                  const std::string& bind_host) {
   StoreServerOptions o;
+  o.host = bind_host;
+  standby_bind_ = bind_host;
   o.preset = {{wire_key("standby"), "1"}};
   o.auth = auth_;
   o.port = port;
@@ -117,7 +120,7 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
       StoreClientOptions o;
       o.connect_timeout = o.timeout = milliseconds(5000);
       o.auth = auth_;
-      StoreClient self("127.0.0.1", standby_server_->port(), o);
+      StoreClient self(standby_bind_.empty() ? "127.0.0.1" : standby_bind_, standby_server_->port(), o);
       self.set(keys_.key("active"), lost);
       spdlog::warn("rendezvous {}: the store at {} is lost; this node ({}) hosts the job's store from now on",
                    keys_.run_id(), lost, name);

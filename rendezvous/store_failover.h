@@ -59,9 +59,10 @@ class StoreFailover {
   ~StoreFailover();
 
   // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port, with
-  // `memory_budget` (StoreServerOptions::memory_budget; 0: the default). Throws BindError when no port can
-  // be bound.
-  void start_standby(const std::string& address, uint16_t port, size_t memory_budget = 0);
+  // `memory_budget` (StoreServerOptions::memory_budget; 0: the default), listening on `bind_host` only ("":
+  // every interface). Throws BindError when no port can be bound.
+  void start_standby(const std::string& address, uint16_t port, size_t memory_budget = 0,
+                     const std::string& bind_host = "");
   // "addr:port" of the standby store; "" when this agent has none (it hosts the job's store).
   const std::string& standby() const { return standby_; }
 
@@ -100,6 +101,7 @@ class StoreFailover {
 
   RoundKeys keys_;
   std::shared_ptr<const StoreAuth> auth_;
+  std::string standby_bind_;  // the standby's bind address ("": every interface, reached on 127.0.0.1)
   std::chrono::milliseconds heartbeat_timeout_;
   std::chrono::milliseconds takeover_timeout_;
   std::unique_ptr<StoreServerThread> standby_server_;

@@ -8,7 +8,8 @@ secret; host 3 is a stranger on the same network, and tries, against the job's s
     why ("needs an agent that proved the job's secret", "does not hold this job's secret");
 and the job trains to the end with identical parameters on every rank, exit 0, no restart. After the store's host
 is killed in a 3-host job, the standby store that takes over refuses the same attacks from host 4. The same job
-without a secret is open as before (the stranger reads its status). Workers: the torch the module runs with.
+without a secret is open as before (the stranger reads its status). With --local_addr the store listens on that
+address only (host 1's loopback is refused). Workers: the torch the module runs with.
 """
 import os
 import subprocess
@@ -121,6 +122,19 @@ class StoreAuthOnHosts(HostsTestCase):
         self.assert_exit_zero(agents[1:])
         results = self.assert_results(2 * NPROC)
         self.assertEqual(len({r["attempt"] for r in results}), 1, results)
+
+    def test_local_addr_binds_the_store_to_that_address(self):
+        agents = [self.start_training(h, PORT, steps=20000, nnodes="2", agent_args=("--local_addr", address(h)))
+                  for h in (1, 2)]
+        self.wait_for_training(agents, nodes=2)
+        probe = ("import socket, sys\n"
+                 "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close(); print('open')\n"
+                 "except OSError as e:\n    print('refused', e)\n")
+        answers = {where: self.on_host(1, [PYTHON, "-c", probe, where, str(PORT)])[1].split()[0]
+                   for where in (address(1), "127.0.0.1")}
+        self.assertEqual(answers, {address(1): "open", "127.0.0.1": "refused"})
+        self.stop_training()
+        self.assert_exit_zero(agents)
 
     def test_without_a_secret_the_store_stays_open(self):
         agents = [self.start_training(h, PORT, steps=20000, nnodes="2") for h in (1, 2)]

@@ -87,6 +87,9 @@ TEST_CASE("rendezvous options: static, another node joins, MAX of a range, torch
   CHECK(o.connect_timeout == 45s);
   // torchrun's defaults without --rdzv_conf.
   CHECK(options_of<StaticRendezvousOptions>({"t.py"}).join_timeout == 600s);
+  CHECK(options_of<StaticRendezvousOptions>({"t.py"}).bind_host.empty());  // every interface
+  // --local_addr: node 0's store listens on that address only.
+  CHECK(options_of<StaticRendezvousOptions>({"--local_addr", "10.0.0.9", "t.py"}).bind_host == "10.0.0.9");
 }
 
 TEST_CASE("rendezvous options: standalone, one node hosting its store on a free port of 127.0.0.1",
