@@ -60,13 +60,11 @@ int AgentLoop::run() {
   } catch (const StepFailed& failed) {
     status_.set_group(nullptr);
     status_.set_state("failed", failed.error);
-    lifecycle_.record("agent_exit",
-                      {{"exit_code", failed.exit_code}, {"state", "failed"}, {"detail", failed.error}});
+    record_agent_exit(failed.exit_code, failed.error);
     return job_events_.agent_failed(failed.exit_code, failed.error);
   } catch (const SpareUnused&) {
     status_.set_state("done", "the job finished while this node waited as a hot spare");
-    lifecycle_.record("agent_exit",
-                      {{"exit_code", 0}, {"state", "done"}, {"detail", "a hot spare the job did not need"}});
+    record_agent_exit(kExitSuccess, "a hot spare the job did not need");
     try {
       rdzv_->shutdown();
     } catch (const rdzv::RendezvousError& e) {
@@ -350,6 +348,12 @@ void AgentLoop::record_exit(const WorkerGroup& group, const Event& e) {
                      {"signal", e.status.signal != 0 ? json(signal_name(e.status.signal)) : json()}});
 }
 
+void AgentLoop::record_agent_exit(int exit_code, const std::string& detail) {
+  lifecycle_.record("agent_exit", {{"exit_code", exit_code},
+                                   {"state", exit_code == kExitSuccess ? "done" : "failed"},
+                                   {"detail", detail}});
+}
+
 void AgentLoop::record_stragglers(const std::vector<StragglerEpisode>& changes) {
   for (const StragglerEpisode& c : changes) {
     json fields = {
@@ -363,9 +367,7 @@ void AgentLoop::record_stragglers(const std::vector<StragglerEpisode>& changes) 
 // still join) and left, a temporary run directory removed on success.
 int AgentLoop::finish(const WorkerGroup& group, const RoundEnd& end) {
   job_events_.job_end(group, end.outcome == Outcome::kSucceeded);
-  lifecycle_.record("agent_exit", {{"exit_code", end.exit_code},
-                                   {"state", end.exit_code == kExitSuccess ? "done" : "failed"},
-                                   {"detail", group.stop ? group.stop->detail : ""}});
+  record_agent_exit(end.exit_code, group.stop ? group.stop->detail : "");
   status_.set_state(end.exit_code == kExitSuccess ? "done" : "failed",
                     end.exit_code == kExitSuccess ? "" : "exit code " + std::to_string(end.exit_code));
   try {

@@ -75,6 +75,7 @@ class AgentLoop {
   std::string round_end_reason(const WorkerGroup& group) const;
   void record_stragglers(const std::vector<StragglerEpisode>& changes);
   void record_exit(const WorkerGroup& group, const Event& e);
+  void record_agent_exit(int exit_code, const std::string& detail);
 
   // Supervision (agent_actions.cc): what the other threads report, as the group's event; supervise() and its
   // actions, one function each.
