@@ -324,6 +324,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::await_assignment(int r, int64_t
   previous_rank_ = info.group_rank;
   neighbour_beats_ = -1;
   neighbour_seen_ = next_beat_ = Clock::now();
+  watched_ = {};
+  stalled_ = false;
   enter_round(r, info.group_rank, info.group_world_size);
   return info;
 }

@@ -120,7 +120,14 @@ std::optional<RoundStop> DynamicRendezvous::job_moved() {
 std::optional<RoundStop> DynamicRendezvous::do_wait_round_stopped(milliseconds timeout) {
   if (!failover_on()) return RendezvousBase::do_wait_round_stopped(timeout);
   try {
-    return RendezvousBase::do_wait_round_stopped(timeout);
+    auto stop = RendezvousBase::do_wait_round_stopped(timeout);
+    // A store host thawed after a long freeze: its loss reporter ends the round as the other agents'
+    // connections, closed while it was frozen, are read — but those agents may have gone on at a
+    // successor's store. Asked only after a stall: the successors' probes cost time on a real node loss.
+    if (stop && stop->kind == RoundStop::Kind::kMembership && hosts_store() && stalled_) {
+      if (auto moved_stop = job_moved()) return moved_stop;
+    }
+    return stop;
   } catch (const RendezvousStoreError& e) {  // gone, or silent past the heartbeat timeout
     return lose_store(e.what());
   }

@@ -136,6 +136,7 @@ void DynamicRendezvous::do_note_local_failure() {
 }
 
 RendezvousInfo DynamicRendezvous::do_next_rendezvous(int local_world_size) {
+  if (stalled_ && hosts_store()) job_moved();  // a round stopped by a worker's failure after the thaw
   if (auto stop = moved()) throw RendezvousClosedError("rendezvous '" + run_id() + "': " + stop->detail);
   while (true) {
     if (store_lost_) fail_over();
@@ -268,11 +269,17 @@ std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {
 
 std::optional<RoundStop> DynamicRendezvous::watch_step(Clock::time_point deadline) {
   const auto now = Clock::now();
+  const auto stall_limit = heartbeat_timeout() / 2;
+  if (watched_ != Clock::time_point{} && now - watched_ > stall_limit) stalled_ = true;
   if (now >= next_beat_) {
     if (auto stop = heartbeat_and_check()) return stop;
     next_beat_ = now + options_.keep_alive_interval;
   }
-  return RendezvousBase::watch_step(std::min(deadline, next_beat_));
+  const auto until = std::min(deadline, next_beat_);
+  auto stop = RendezvousBase::watch_step(until);
+  watched_ = Clock::now();
+  if (watched_ - std::max(now, until) > stall_limit) stalled_ = true;  // frozen inside the wait
+  return stop;
 }
 
 void DynamicRendezvous::share_workers_store(int r, RendezvousInfo& info) {

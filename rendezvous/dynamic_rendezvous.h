@@ -88,7 +88,7 @@ struct DynamicRendezvousOptions {
   // comma-separated list); a node whose host is the first endpoint joins the job there before hosting a new
   // store.
   std::vector<Endpoint> fallback_endpoints;
-  bool failover = true;    // survive the store host's loss (store_failover.h); needs max_nodes > 1
+  bool failover = true;  // survive the store host's loss (store_failover.h); needs max_nodes > 1
   // This node's address for the others (its standby store); given, every store this agent hosts (the job's,
   // its standby) listens on it only. "" = found by routing, the stores on every interface.
   std::string local_addr;
@@ -233,6 +233,10 @@ class DynamicRendezvous final : public RendezvousBase {
   Clock::time_point next_beat_{};
   int64_t neighbour_beats_ = -1;
   Clock::time_point neighbour_seen_{};
+  // The watcher ran late by more than half the heartbeat timeout in this round: this process or its host
+  // stalled (SIGSTOP, a frozen VM), and the others may have moved the job meanwhile.
+  Clock::time_point watched_{};       // the end of the watcher's last step
+  std::atomic<bool> stalled_{false};  // read by next_rendezvous too
 };
 
 }  // namespace ddprun::rdzv
