@@ -105,6 +105,10 @@ constexpr FlagSpec kFlags[] = {
      "A file holding the job's secret: every agent proves it to the store, which then admits only the job "
      "(docs/security.md). Make one with: (umask 077; openssl rand -hex 32 > FILE)",
      "", false},
+    {K::kValue, "--rdzv_auth,--rdzv-auth", "RDZV_AUTH",
+     "How the store admits agents: auto (--rdzv_secret_file if given, else MUNGE under Slurm when munged "
+     "answers, else open), munge (required), none (open) (docs/security.md)",
+     "auto", false},
     {K::kValue, "--straggler_factor,--straggler-factor", "STRAGGLER_FACTOR",
      "A rank whose time before its step's first collective stays this many times the job's median is named a "
      "straggler (0 = off)",

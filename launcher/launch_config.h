@@ -147,9 +147,11 @@ struct LaunchConfig {
   EventLogHandler event_log_handler = EventLogHandler::kNull;  // --event-log-handler
   std::filesystem::path event_log_file;                        // --event-log-handler file:PATH; "" = none
   double straggler_factor = 1.5;                               // --straggler_factor; 0 = off
-  // --rdzv_secret_file (docs/security.md): the file, and the job's secret read from it by the launcher's main
-  // before the rendezvous starts (null: an open store).
+  // --rdzv_secret_file and --rdzv_auth (docs/security.md): the file, the mode (auto, munge, none), and the
+  // store's authentication chosen from them by the launcher's main before the rendezvous starts
+  // (launcher/store_auth_setup.h; null: an open store).
   std::filesystem::path rdzv_secret_file;
+  std::string rdzv_auth = "auto";
   std::shared_ptr<const rdzv::StoreAuth> store_auth;
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
   // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.

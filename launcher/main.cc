@@ -34,8 +34,8 @@
 #include "launcher/rendezvous_options.h"
 #include "launcher/slurm_port.h"
 #include "launcher/status_command.h"
+#include "launcher/store_auth_setup.h"
 #include "launcher/torch_version.h"
-#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
@@ -74,10 +74,11 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const L
   };
   const std::string& token = s.settings.step_token;
   if (s.hosts_store) {
-    return ddprun::launcher::host_on_first_free_port(s.store_host, s.probe_ports, token, at).rendezvous;
+    return ddprun::launcher::host_on_first_free_port(s.store_host, s.probe_ports, token, at, c.store_auth)
+        .rendezvous;
   }
   auto timeout = millis(c.rdzv_timings.join_timeout);
-  return at(ddprun::launcher::find_step_store(s.store_host, s.probe_ports, token, timeout));
+  return at(ddprun::launcher::find_step_store(s.store_host, s.probe_ports, token, timeout, c.store_auth));
 }
 
 // Where temporary log directories go: $TMPDIR as std::filesystem reads it, or /tmp when $TMPDIR names no
@@ -160,24 +161,26 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   for (const std::string& problem : problems) std::cerr << problem << "\n";
   if (!problems.empty()) return ddprun::agent::kExitUsage;
 
-  if (!config.rdzv_secret_file.empty()) {
-    if (config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
-        config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2) {
-      spdlog::error(
-          "--rdzv_secret_file protects ddprun's own stores (static, c10d); the etcd backends keep the "
-          "rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
-          "cert_file=...)");
-      return ddprun::agent::kExitUsage;
-    }
+  const bool etcd = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
+                    config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2;
+  if (etcd && (!config.rdzv_secret_file.empty() || config.rdzv_auth == "munge")) {
+    spdlog::error(
+        "--rdzv_secret_file and --rdzv_auth munge protect ddprun's own stores (static, c10d); the etcd "
+        "backends "
+        "keep the rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
+        "cert_file=...)");
+    return ddprun::agent::kExitUsage;
+  }
+  if (!etcd) {
     try {
-      std::string warning;
-      config.store_auth = std::make_shared<ddprun::rdzv::HmacAuth>(
-          ddprun::rdzv::read_secret_file(config.rdzv_secret_file, warning));
-      if (!warning.empty()) spdlog::warn("{}", warning);
-      spdlog::info("the job's store admits only agents that hold the secret of {}",
-                   config.rdzv_secret_file.string());
+      const auto setup = ddprun::launcher::setup_store_auth(
+          *ddprun::launcher::parse_auth_mode(config.rdzv_auth), config.rdzv_secret_file,
+          config.slurm.has_value(), config.rdzv_id, context.env);
+      if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
+      if (!setup.note.empty()) spdlog::info("{}", setup.note);
+      config.store_auth = setup.auth;
     } catch (const std::runtime_error& e) {
-      spdlog::error("{}; check --rdzv_secret_file", e.what());
+      spdlog::error("{}", e.what());
       return ddprun::agent::kExitUsage;
     }
   }

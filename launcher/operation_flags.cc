@@ -18,6 +18,7 @@ void parse_operation_flags(const std::function<Given(const std::string&)>& get, 
   c.metrics_addr = trim(get("--metrics_addr").text);
 
   c.rdzv_secret_file = trim(get("--rdzv_secret_file").text);
+  c.rdzv_auth = one_of(get("--rdzv_auth"), {"auto", "munge", "none"});
 
   const Given factor = get("--straggler_factor");
   const std::optional<double> f = to_double(factor.text);

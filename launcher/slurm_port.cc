@@ -15,7 +15,8 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 HostedRendezvous host_on_first_free_port(const std::string& host, const std::vector<uint16_t>& ports,
-                                         const std::string& token, const RendezvousFactory& make) {
+                                         const std::string& token, const RendezvousFactory& make,
+                                         std::shared_ptr<const rdzv::StoreAuth> auth) {
   std::string taken;
   for (uint16_t port : ports) {
     HostedRendezvous hosted;
@@ -30,6 +31,7 @@ HostedRendezvous host_on_first_free_port(const std::string& host, const std::vec
     rdzv::StoreClientOptions o;
     o.connect_timeout = milliseconds(10000);
     o.timeout = milliseconds(10000);
+    o.auth = auth;
     rdzv::StoreClient(host, port, o).set(kSlurmStepKey, token);
     spdlog::info("Slurm step {}: the store listens on {}", token, rdzv::format_endpoint(host, port));
     return hosted;
@@ -39,7 +41,8 @@ HostedRendezvous host_on_first_free_port(const std::string& host, const std::vec
 }
 
 uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& ports,
-                         const std::string& token, milliseconds timeout) {
+                         const std::string& token, milliseconds timeout,
+                         std::shared_ptr<const rdzv::StoreAuth> auth) {
   const auto deadline = Clock::now() + timeout;
   milliseconds bound(250);                      // per connection attempt in this sweep
   std::vector<std::string> seen(ports.size());  // what each candidate turned out to be, for the final message
@@ -53,13 +56,13 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
               (j ? "; " : "") + std::to_string(ports[j]) + ": " + (seen[j].empty() ? "not tried" : seen[j]);
         }
         throw rdzv::TimeoutError(
-            "no store of Slurm step " + token + " on " + host + " after " +
-            duration_text(timeout) +
+            "no store of Slurm step " + token + " on " + host + " after " + duration_text(timeout) +
             " (is ddprun running on the first host of the step? see its log). Ports: " + detail);
       }
       rdzv::StoreClientOptions o;
       o.connect_timeout = std::min(bound, left);
       o.timeout = std::min(std::max(bound, milliseconds(2000)), left);
+      o.auth = auth;
       try {
         rdzv::StoreClient client(host, ports[i], o);
         client.wait({kSlurmStepKey}, o.timeout);  // returns at once when the key is there

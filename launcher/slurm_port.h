@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store/store_auth.h"
 
 namespace ddprun::launcher {
 
@@ -36,11 +37,16 @@ struct HostedRendezvous {
 
 // Agent 0: `make(port)` builds a rendezvous that hosts its store on `port` (and throws rdzv::BindError when
 // the port is taken). Tries the candidates in order, then writes `token` into the store at `host`:port.
+// `auth`: the job's authentication (launcher/store_auth_setup.h; null: an open store), for that write and
+// for the probes below: a store that requires it admits no unauthenticated agent.
 HostedRendezvous host_on_first_free_port(const std::string& host, const std::vector<uint16_t>& ports,
-                                         const std::string& token, const RendezvousFactory& make);
+                                         const std::string& token, const RendezvousFactory& make,
+                                         std::shared_ptr<const rdzv::StoreAuth> auth = nullptr);
 
-// Other agents: the candidate whose store at `host` holds `token`.
+// Other agents: the candidate whose store at `host` holds `token`. A store that refuses this agent's
+// authentication (another job's) is passed over like a store of another step.
 uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& ports,
-                         const std::string& token, std::chrono::milliseconds timeout);
+                         const std::string& token, std::chrono::milliseconds timeout,
+                         std::shared_ptr<const rdzv::StoreAuth> auth = nullptr);
 
 }  // namespace ddprun::launcher

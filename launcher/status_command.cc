@@ -15,7 +15,7 @@
 #include "launcher/hostlist.h"
 #include "launcher/job_status.h"
 #include "launcher/slurm_env.h"
-#include "rendezvous/auth/hmac_auth.h"
+#include "launcher/store_auth_setup.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 
@@ -45,7 +45,7 @@ std::string env_or(const std::map<std::string, std::string>& env, const std::str
 Options parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
   CLI::App app{"ddprun status: a running job as its agents publish it (docs/observability.md)",
                "ddprun status"};
-  std::string endpoint, run_id, backend, master_addr, master_port, secret_file;
+  std::string endpoint, run_id, backend, master_addr, master_port, secret_file, auth_mode;
   Options o;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's store: host:port (c10d: a list)");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "The job's --rdzv_id");
@@ -54,6 +54,8 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
   app.add_option("--master_port,--master-port", master_port, "static: the store's port");
   app.add_option("--rdzv_secret_file,--rdzv-secret-file", secret_file,
                  "The job's secret file, when its store requires one (docs/security.md)");
+  app.add_option("--rdzv_auth,--rdzv-auth", auth_mode,
+                 "auto (the secret file, else MUNGE inside a Slurm job), munge or none, as the job's agents");
   app.add_flag("--json", o.json, "Print the JSON document instead of the table");
   app.add_flag("--watch", o.watch, "Redraw every second until Ctrl-C");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -101,14 +103,18 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
                            master_port.empty() ? uint16_t{29500} : parse_master_port(g_port)});
   }
   if (!run_id.empty()) o.run_id = run_id;
-  if (!pick(secret_file, "--rdzv_secret_file", "PET_RDZV_SECRET_FILE").text.empty()) {
-    std::string warning;
-    try {
-      o.auth = std::make_shared<rdzv::HmacAuth>(rdzv::read_secret_file(secret_file, warning));
-    } catch (const std::runtime_error& e) {
-      throw UsageError(std::string("ddprun status: ") + e.what());
-    }
-    if (!warning.empty()) std::cerr << "ddprun status: " << warning << "\n";
+  pick(secret_file, "--rdzv_secret_file", "PET_RDZV_SECRET_FILE");
+  const Given g_auth = pick(auth_mode, "--rdzv_auth", "PET_RDZV_AUTH");
+  const auto mode = parse_auth_mode(auth_mode.empty() ? "auto" : auth_mode);
+  if (!mode)
+    throw UsageError("ddprun status: " + (g_auth.env.empty() ? g_auth.flag : g_auth.env) + " " + auth_mode +
+                     ": give auto, munge or none");
+  try {
+    const auto setup = setup_store_auth(*mode, secret_file, !job.empty(), o.run_id, env);
+    if (!setup.warning.empty()) std::cerr << "ddprun status: " << setup.warning << "\n";
+    o.auth = setup.auth;
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("ddprun status: ") + e.what());
   }
   return o;
 }

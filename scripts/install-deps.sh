@@ -19,6 +19,9 @@ packages=(
   # rendezvous/etcd: OpenSSL for https; the etcd rendezvous tests run real etcd members (python-etcd for
   # torchrun's etcd backends) with certificates made by the openssl CLI
   libssl-dev etcd-server etcd-client python3-etcd openssl
+  # the store's handshake under Slurm: MUNGE credentials (rendezvous/auth/munge_auth.h); its tests run a
+  # private munged
+  libmunge-dev munge
 )
 if [[ "${DDPRUN_DEPS_SLURM:-0}" == 1 ]]; then
   packages+=(slurm-wlm munge)

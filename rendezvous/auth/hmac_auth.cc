@@ -23,22 +23,26 @@ constexpr size_t kMinSecretBytes = 16;
 
 }  // namespace
 
-std::string HmacAuth::nonce() const {
-  std::string out(kNonceBytes, '\0');
+std::string random_nonce() {
+  std::string out(StoreAuth::kNonceBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1) {
     throw std::runtime_error("OpenSSL's RAND_bytes failed: no random bytes for the store's handshake");
   }
   return out;
 }
 
-std::string HmacAuth::proof(std::string_view role, std::string_view client_nonce,
-                            std::string_view store_nonce) const {
-  // Every field with its length: no two different inputs read the same.
-  std::string message;
-  for (std::string_view part : {kContext, role, client_nonce, store_nonce}) {
+std::string auth_message(std::initializer_list<std::string_view> parts) {
+  std::string message = std::to_string(kContext.size()) + ":" + std::string(kContext);
+  for (std::string_view part : parts) {
     message += std::to_string(part.size()) + ":";
     message += part;
   }
+  return message;
+}
+
+std::string HmacAuth::proof(std::string_view role, std::string_view client_nonce,
+                            std::string_view store_nonce) const {
+  const std::string message = auth_message({role, client_nonce, store_nonce});
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (!HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
@@ -48,8 +52,14 @@ std::string HmacAuth::proof(std::string_view role, std::string_view client_nonce
   return std::string(reinterpret_cast<const char*>(mac), length);
 }
 
-bool HmacAuth::same(std::string_view a, std::string_view b) const {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+bool HmacAuth::verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
+                      std::string_view given, std::string& why) const {
+  const std::string expected = proof(role, client_nonce, store_nonce);
+  if (given.size() == expected.size() && CRYPTO_memcmp(given.data(), expected.data(), given.size()) == 0) {
+    return true;
+  }
+  why = "a wrong proof of the job's secret (the --rdzv_secret_file differ)";
+  return false;
 }
 
 std::string read_secret_file(const std::filesystem::path& file, std::string& warning) {

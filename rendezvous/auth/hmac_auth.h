@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,13 +14,21 @@
 
 namespace ddprun::rdzv {
 
+// StoreAuth::kNonceBytes from OpenSSL's RAND_bytes (every StoreAuth of this library).
+std::string random_nonce();
+// What a proof covers: the parts, each with its length (no two different inputs read the same), after the
+// handshake's version tag.
+std::string auth_message(std::initializer_list<std::string_view> parts);
+
 class HmacAuth final : public StoreAuth {
  public:
   explicit HmacAuth(std::string secret) : secret_(std::move(secret)) {}
-  std::string nonce() const override;
+  std::string nonce() const override { return random_nonce(); }
   std::string proof(std::string_view role, std::string_view client_nonce,
                     std::string_view store_nonce) const override;
-  bool same(std::string_view a, std::string_view b) const override;
+  bool verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
+              std::string_view given, std::string& why) const override;
+  std::string what() const override { return "the job's secret (--rdzv_secret_file)"; }
 
  private:
   std::string secret_;

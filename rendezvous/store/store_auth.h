@@ -1,6 +1,7 @@
-// StoreAuth: how a store and its agents prove that they hold the job's secret (docs/security.md), without the
-// secret crossing the wire. The store needs only this interface; the HMAC-SHA256 implementation is
-// rendezvous/auth/hmac_auth.h, a library of its own, so that the store the worker SDK ships links no OpenSSL.
+// StoreAuth: how a store and its agents prove that they belong to the job (docs/security.md), without a secret
+// crossing the wire. The store needs only this interface; the implementations live in rendezvous/auth/, a
+// library of its own (the store the worker SDK ships links neither OpenSSL nor libmunge): HMAC-SHA256 over the
+// job's secret file (hmac_auth.h) and, under Slurm, MUNGE credentials (munge_auth.h).
 //
 // The handshake, a ddprun extension of the TCPStore protocol (command byte 0xDD, AUTH, in every dialect;
 // torch's clients never send it; docs/wire-protocol.md):
@@ -28,11 +29,16 @@ class StoreAuth {
   virtual ~StoreAuth() = default;
   // kNonceBytes fresh random bytes.
   virtual std::string nonce() const = 0;
-  // The proof of the secret by `role` ("store" or "agent") over both nonces.
+  // The proof by `role` ("store" or "agent") over both nonces. Throws std::runtime_error when it cannot be
+  // made (MUNGE: munged does not answer).
   virtual std::string proof(std::string_view role, std::string_view client_nonce,
                             std::string_view store_nonce) const = 0;
-  // `a` == `b`, in time independent of where they differ.
-  virtual bool same(std::string_view a, std::string_view b) const = 0;
+  // Whether `given` proves, for `role` over both nonces, what this side holds; else false and `why` says
+  // what was wrong (in time independent of where an HMAC differs).
+  virtual bool verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
+                      std::string_view given, std::string& why) const = 0;
+  // What the agents prove, for messages: "the job's secret (--rdzv_secret_file)".
+  virtual std::string what() const = 0;
 };
 
 }  // namespace ddprun::rdzv

@@ -16,29 +16,33 @@ void StoreClient::authenticate(Connection& conn, std::chrono::steady_clock::time
     store_proof = conn.read_bytes(1024, deadline, "AUTH");
   } catch (const ConnectionLostError& e) {
     throw AuthenticationError("the store at " + endpoint_ + " closed the connection at AUTH (" + e.what() +
-                              "): a ddprun store older than --rdzv_secret_file, or not a ddprun store");
+                              "): a ddprun store older than store authentication, or not a ddprun store");
   }
   if (store_nonce.empty() && store_proof.empty()) {
-    throw AuthenticationError("the store at " + endpoint_ +
-                              " has no secret but this agent has one (--rdzv_secret_file): start every agent "
-                              "of the job, and ddprun-store, with the same secret file");
+    throw AuthenticationError("the store at " + endpoint_ + " is open but this agent proves " + auth.what() +
+                              ": start every agent of the job, and ddprun-store, with the same "
+                              "authentication (docs/security.md)");
   }
-  if (!auth.same(store_proof, auth.proof("store", client_nonce, store_nonce))) {
-    throw AuthenticationError("the store at " + endpoint_ +
-                              " does not hold this job's secret (a wrong proof): another job's store at this "
-                              "endpoint, or the agents' --rdzv_secret_file differ");
+  if (std::string why; !auth.verify("store", client_nonce, store_nonce, store_proof, why)) {
+    throw AuthenticationError(
+        "the store at " + endpoint_ + " is not this job's: " + why +
+        " (another job's store at this endpoint, or the agents' authentication differs)");
+  }
+  std::string proof;
+  try {
+    proof = auth.proof("agent", client_nonce, store_nonce);
+  } catch (const std::runtime_error& e) {
+    throw AuthenticationError("this agent cannot prove " + auth.what() + " to the store at " + endpoint_ +
+                              ": " + e.what());
   }
   out.clear();
-  encode_request(
-      Dialect::kModern,
-      Request{.op = Op::kAuth, .values = {auth.proof("agent", client_nonce, store_nonce)}, .number = 2}, out);
+  encode_request(Dialect::kModern, Request{.op = Op::kAuth, .values = {proof}, .number = 2}, out);
   try {
     conn.write(out, deadline, "AUTH");
     if (conn.read_value<uint8_t>(deadline, "AUTH") != 1) throw ConnectionLostError("an unexpected answer");
   } catch (const ConnectionLostError& e) {
-    throw AuthenticationError("the store at " + endpoint_ +
-                              " refused this agent's proof of the job's secret (" + e.what() +
-                              "): the agents' --rdzv_secret_file differ");
+    throw AuthenticationError("the store at " + endpoint_ + " refused this agent's proof of " + auth.what() +
+                              " (" + e.what() + "): the store's log says why");
   }
 }
 

@@ -186,9 +186,9 @@ class StoreClient::Connection {
     broken_ = true;
     throw ConnectionLostError(
         std::string(what) + ": lost the connection to the store at " + endpoint_ + ": " + ec.message() +
-        (ec == asio::error::eof ? " (closed by the store: it stopped, or it admits only the "
-                                  "job's agents and this one lacks the job's secret, "
-                                  "--rdzv_secret_file)"
+        (ec == asio::error::eof ? " (closed by the store: it stopped, or it admits only the job's "
+                                  "authenticated agents and this one lacks the job's secret, "
+                                  "--rdzv_secret_file, or MUNGE, docs/security.md)"
                                 : ""));
   }
 

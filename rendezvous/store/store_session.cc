@@ -103,15 +103,13 @@ std::string StoreSession::admit(const Request& req) const {
   if (!admission_.auth || authenticated_) return "";
   if (req.op == Op::kValidate || req.op == Op::kPing || req.op == Op::kAuth) return "";
   if (!admission_.peer_admitted || !admission_.peer_admitted()) {
-    return "refused " + std::string(op_name(req.op)) +
-           ": this store requires the job's secret, and the client is neither an authenticated agent nor on "
-           "a "
-           "node of the job";
+    return "refused " + std::string(op_name(req.op)) + ": this store requires " + admission_.auth->what() +
+           ", and the client is neither an authenticated agent nor on a node of the job";
   }
   for (const auto& k : req.keys) {
     if (k.starts_with(KeyValueState::kAgentNamespace)) {
       return "refused " + std::string(op_name(req.op)) + " on '" + k +
-             "': the job's own keys need an agent that proved the job's secret (--rdzv_secret_file)";
+             "': the job's own keys need an agent that proved " + admission_.auth->what();
     }
   }
   return "";
@@ -126,7 +124,7 @@ std::string StoreSession::handle_auth(const Request& req) {
     return "";
   }
   if (!auth) return "AUTH phase " + std::to_string(req.number) + " on a store without a secret";
-  if (authenticated_) return "AUTH on a connection that already proved the job's secret";
+  if (authenticated_) return "AUTH on a connection that already proved " + auth->what();
   if (req.number == 1) {
     if (!store_nonce_.empty()) return "AUTH phase 1 twice";
     if (req.values[0].size() != StoreAuth::kNonceBytes) {
@@ -135,17 +133,22 @@ std::string StoreSession::handle_auth(const Request& req) {
     }
     client_nonce_ = req.values[0];
     store_nonce_ = auth->nonce();
+    std::string proof;
+    try {
+      proof = auth->proof("store", client_nonce_, store_nonce_);
+    } catch (const std::runtime_error& e) {
+      refused_ = true;
+      return "AUTH: this store cannot prove itself to the agent: " + std::string(e.what());
+    }
     w.bytes(store_nonce_);
-    w.bytes(auth->proof("store", client_nonce_, store_nonce_));
+    w.bytes(proof);
     return "";
   }
   if (req.number != 2) return "AUTH with an unknown phase " + std::to_string(req.number);
   if (store_nonce_.empty()) return "AUTH phase 2 before phase 1";
-  if (!auth->same(req.values[0], auth->proof("agent", client_nonce_, store_nonce_))) {
+  if (std::string why; !auth->verify("agent", client_nonce_, store_nonce_, req.values[0], why)) {
     refused_ = true;
-    return "refused AUTH: a wrong proof of the job's secret (this agent's --rdzv_secret_file differs from "
-           "the "
-           "store's)";
+    return "refused AUTH: " + why;
   }
   authenticated_ = true;
   w.u8(1);

@@ -11,6 +11,7 @@ from ddprun_testlib import PYTHON
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
 SLURM_CLUSTER = os.path.join(REPO, "scripts", "slurm-cluster.sh")
+TEST_CLUSTER = os.path.join(REPO, "scripts", "test-cluster.sh")  # the hosts under the cluster: `exec N CMD`
 STATIC = os.path.join(REPO, "scripts", "examples", "sbatch-static.sh")
 ELASTIC = os.path.join(REPO, "scripts", "examples", "sbatch-elastic.sh")
 TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")

@@ -40,8 +40,34 @@ import ddprun_testlib
 from etcd_cluster import EtcdCluster
 from ddprun_testlib import EXPECTED_TORCH, PYTHON, free_port, skip_unless_required
 from slurm_testlib import (DDPRUN, ELASTIC, EXIT_SLURM_INTERRUPTED, HOSTLIST_TEST, HOSTS, INSTALL_TIMEOUT,
-                            JOB_TIMEOUT, SLURM_CLUSTER, STATIC, TRAIN_ARGS, UP_TIMEOUT, host_job_processes,
-                            processes_mentioning, run, slurm_env, wait_until)
+                            JOB_TIMEOUT, SLURM_CLUSTER, SLURM_CONF, SLURM_DIR, STATIC, TEST_CLUSTER, TRAIN_ARGS,
+                            UP_TIMEOUT, host_job_processes, processes_mentioning, run, slurm_env, wait_until)
+
+# AUTH by hand with a MUNGE credential of whoever runs it (docs/wire-protocol.md): an attacker skips checking the
+# store's proof. Prints the store's answer to phase 2 and the uid.
+RAW_MUNGE_AUTH = """
+import os, socket, struct, subprocess, sys
+host, port, job, munge_socket = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def part(b):
+    return str(len(b)).encode() + b":" + b
+def recv(s, n):
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            return out
+        out += chunk
+    return out
+s = socket.create_connection((host, port), timeout=10)
+nonce = os.urandom(32)
+s.sendall(bytes([0xDD]) + struct.pack("<IQ", 1, len(nonce)) + nonce)
+store_nonce = recv(s, struct.unpack("<Q", recv(s, 8))[0])
+recv(s, struct.unpack("<Q", recv(s, 8))[0])  # the store's proof: not checked
+payload = b"".join(part(p) for p in (b"ddprun store auth v1", b"agent", job.encode(), nonce, store_nonce))
+cred = subprocess.run(["munge", "-S", munge_socket], input=payload, capture_output=True, check=True).stdout.strip()
+s.sendall(bytes([0xDD]) + struct.pack("<IQ", 2, len(cred)) + cred)
+print("admitted" if recv(s, 1) == b"\\x01" else "refused", os.getuid())
+"""
 
 # A worker that records the signals it gets and keeps running, as a worker that saves a checkpoint on SIGUSR1
 # and waits to be stopped (docs/slurm.md): ddprun ends it after --shutdown_timeout.
@@ -289,6 +315,47 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.assertRegex(out, rf"ddprun n0 info: Slurm step {job}\.0: the store listens on n1:{port}", out)
         self.assertRegex(out, rf"ddprun n1 info: Slurm step {job}\.0: found the store on n1:{port}", out)
         self.assertIn("parameters identical: True", out)
+        self.assert_nothing_left(self.tmp)
+
+    def on_host(self, host, argv):
+        done = subprocess.run(["bash", TEST_CLUSTER, "exec", str(host), *argv], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stdout + done.stderr
+
+    def test_munge_admits_the_jobs_user_only(self):
+        # The static example with no flag for it: under Slurm the agents authenticate with MUNGE.
+        job, _ = self.sbatch(STATIC, ["--steps", "600", "--step-sleep", "0.05", *TRAIN_ARGS,
+                                      "--out", self.path("res")])
+        self.wait_training()
+        port, name = 20000 + int(job) % 10000, f"Slurm job {job}, run {job}"
+        munge_socket = os.path.join(SLURM_DIR, "munge", "munge.socket")
+        script = self.path("raw_munge_auth.py")
+        with open(script, "w") as f:
+            f.write(RAW_MUNGE_AUTH)
+        os.chmod(self.tmp, 0o755)
+        raw = [PYTHON, script, "10.99.0.1", str(port), name, munge_socket]
+        # By hand from host 2: the job's user (root) is admitted, so the payload is the one the store expects;
+        # the same credential made by another user (nobody) is refused.
+        self.assertEqual(self.on_host(2, raw), (0, "admitted 0\n"))
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        self.assertEqual(self.on_host(2, nobody + raw), (0, "refused 65534\n"))
+        # A ddprun agent of another user with the job's id and MUNGE: the store's credential is not its user's.
+        rc, log = self.on_host(2, nobody + ["env", f"SLURM_JOB_ID={job}", f"SLURM_CONF={SLURM_CONF}", DDPRUN,
+                                            "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.99.0.1",
+                                            "--master_port", str(port), "--rdzv_id", job, "--rdzv_auth", "munge",
+                                            "--log_dir", "/tmp", "--no_python", "/bin/true"])
+        self.assertEqual(rc, 4, log)
+        self.assertIn("a MUNGE credential of uid 0, not of the job's user (uid 65534)", log)
+        self.wait_job_gone(job, JOB_TIMEOUT)
+        self.assertEqual(self.job_field(job, "ExitCode"), "0:0", self.describe())
+        out = self.output()
+        self.assertEqual(out.count(f"the job's store admits only agents with a MUNGE credential of {name} (uid 0)"),
+                         2, out)
+        self.assertIn("refused AUTH: a MUNGE credential of uid 65534, not of the job's user (uid 0)", out)
+        self.assertNotIn("restarting", out)
+        results = self.results()
+        self.assertEqual(sorted(r["rank"] for r in results), [0, 1, 2, 3], self.describe())
+        self.assertEqual(len({r["checksum"] for r in results}), 1, results)
         self.assert_nothing_left(self.tmp)
 
     def test_scancel_mid_run_leaves_no_process(self):

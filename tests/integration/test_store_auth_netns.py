@@ -5,7 +5,7 @@ secret; host 3 is a stranger on the same network, and tries, against the job's s
     to connect as a worker client (torch's TCPStore, its own keys) — each refused: the store closes the
     connection (the stranger's next request fails) and logs the refusal with the stranger's address;
   - to join as an agent without the secret, and with a wrong secret — each refused: the agent exits 4, naming
-    why ("needs an agent that proved the job's secret", "does not hold this job's secret");
+    why ("needs an agent that proved the job's secret", "is not this job's: a wrong proof");
 and the job trains to the end with identical parameters on every rank, exit 0, no restart. After the store's host
 is killed in a 3-host job, the standby store that takes over refuses the same attacks from host 4. The same job
 without a secret is open as before (the stranger reads its status). With --local_addr the store listens on that
@@ -93,7 +93,7 @@ class StoreAuthOnHosts(HostsTestCase):
         self.assertIn("lacks the job's secret", log)
         rc, log = self.stranger_agent("--rdzv_secret_file", self.secret_file("wrong.secret"))
         self.assertEqual(rc, 4, log)
-        self.assertIn("does not hold this job's secret", log)
+        self.assertIn("is not this job's: a wrong proof", log)
 
         store_log = agents[0].log()
         self.assertIn(f"store: refused client {address(3)}", store_log.replace("[::ffff:", "").replace("]:", ":"))

@@ -9,6 +9,7 @@
 #include "catch_compat.h"
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_port.h"
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_server.h"
@@ -103,4 +104,35 @@ TEST_CASE("agent 0 fails with a BindError naming every candidate when all are ta
     CHECK_THAT(std::string(e.what()),
                Catch::Contains(launcher::format_ports(ports)) && Catch::Contains("--master_port"));
   }
+}
+
+TEST_CASE("with the job's authentication, the others find its store past another job's that refuses them") {
+  auto ours = std::make_shared<rdzv::HmacAuth>("our-job-secret-0123456789");
+  auto theirs = std::make_shared<rdzv::HmacAuth>("their-job-secret-0123456789");
+  rdzv::StoreServerOptions foreign;
+  foreign.host = "127.0.0.1";
+  foreign.auth = theirs;
+  rdzv::StoreServerThread other(foreign);
+  rdzv::StoreClientOptions as_them;
+  as_them.auth = theirs;
+  rdzv::StoreClient("127.0.0.1", other.port(), as_them)
+      .set(launcher::kSlurmStepKey, "5.0");  // even our token
+  const std::vector<uint16_t> ports = {other.port(), free_port()};
+  auto hosting_ours = [&](uint16_t port) -> std::unique_ptr<rdzv::RendezvousHandler> {
+    rdzv::StaticRendezvousOptions o;
+    o.run_id = "slurm-port-itest";
+    o.master_addr = o.bind_host = "127.0.0.1";
+    o.master_port = port;
+    o.host_store = true;
+    o.connect_timeout = milliseconds(5000);
+    o.auth = ours;
+    return std::make_unique<rdzv::StaticRendezvous>(o);
+  };
+  auto hosted = launcher::host_on_first_free_port("127.0.0.1", ports, "5.0", hosting_ours, ours);
+  REQUIRE(hosted.rendezvous);
+  CHECK(hosted.port == ports[1]);
+  CHECK(launcher::find_step_store("127.0.0.1", ports, "5.0", milliseconds(20000), ours) == ports[1]);
+  // Without the job's authentication its store admits no probe: nothing is found.
+  CHECK_THROWS_AS(launcher::find_step_store("127.0.0.1", {ports[1]}, "5.0", milliseconds(1500)),
+                  rdzv::TimeoutError);
 }

@@ -46,7 +46,8 @@ bool raw_authenticate(RawSocket& s, const StoreAuth& auth) {
   head = s.read(8);
   std::memcpy(&len, head.data(), 8);
   const std::string store_proof = s.read(len);
-  CHECK(auth.same(store_proof, auth.proof("store", nonce, store_nonce)));
+  std::string why;
+  CHECK(auth.verify("store", nonce, store_nonce, store_proof, why));
   REQUIRE(s.send(
       encoded(Dialect::kModern,
               Request{.op = Op::kAuth, .values = {auth.proof("agent", nonce, store_nonce)}, .number = 2})));
@@ -83,7 +84,7 @@ TEST_CASE("store auth: wrong secrets are refused both ways, and an open store by
           "[store][auth]") {
   SecretStore s;
   CHECK_THROWS_WITH(StoreClient("127.0.0.1", s.port(), with(secret("another-jobs-secret-98765"))),
-                    Catch::Contains("does not hold this job's secret"));
+                    Catch::Contains("is not this job's: a wrong proof"));
 
   // The store's side: a client that sends a wrong proof is closed.
   RawSocket raw(s.port());
@@ -98,7 +99,7 @@ TEST_CASE("store auth: wrong secrets are refused both ways, and an open store by
 
   StoreServerThread open(StoreServerOptions{});
   CHECK_THROWS_WITH(StoreClient("127.0.0.1", open.port(), with(secret("the-job-secret-0123456789"))),
-                    Catch::Contains("has no secret but this agent has one"));
+                    Catch::Contains("is open but this agent proves"));
   StoreClient torch_like("127.0.0.1", open.port(), client_options(Dialect::kModern));
   torch_like.set(kStop, "open");  // an open store serves everyone, as torch's does
   CHECK(torch_like.get(kStop) == "open");
