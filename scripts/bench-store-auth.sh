@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The cost of a job's secret (--rdzv_secret_file, docs/security.md), in one run:
+# The cost of the store's authentication (--rdzv_secret_file, MUNGE under Slurm: docs/security.md), in one run:
+#   0. ddprun-auth-handshake-bench: StoreClient connections to an open store, one with the job's secret and one
+#      with MUNGE (a private munged this script starts in a temporary directory: needs root and munged; without
+#      them the MUNGE row is left out, and said);
 #   1. scripts/bench/store_auth_bench.py: an agent's connection (connect, VALIDATE, PING) to ddprun-store without
 #      a secret, beside the same plus the AUTH handshake to ddprun-store --secret-file (BENCH_AUTH_CONNECTIONS,
 #      500 each, alternating);
@@ -13,12 +16,27 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(realpath -m "${1:-$repo/build}")
-for program in "$build/launcher/ddprun-store" "$build/scripts/bench/ddprun-store-init-storm"; do
+for program in "$build/launcher/ddprun-store" "$build/scripts/bench/ddprun-store-init-storm" \
+  "$build/scripts/bench/ddprun-auth-handshake-bench"; do
   if [[ ! -x $program ]]; then
     echo "bench-store-auth: $program is missing: build it (cmake -DDDPRUN_BUILD_BENCHMARKS=ON, ninja bench)" >&2
     exit 1
   fi
 done
+munge_args=()
+if [[ $EUID -eq 0 ]] && command -v munged >/dev/null && id munge >/dev/null 2>&1; then
+  munge_dir=$(mktemp -d /tmp/ddprun-bench-munge-XXXXXX)
+  trap '[[ -s $munge_dir/munged.pid ]] && kill "$(cat "$munge_dir/munged.pid")"; rm -rf "$munge_dir"' EXIT
+  head -c 1024 /dev/urandom >"$munge_dir/munge.key"
+  chown -R munge:munge "$munge_dir" && chmod 0755 "$munge_dir" && chmod 0400 "$munge_dir/munge.key"
+  runuser -u munge -- munged --key-file="$munge_dir/munge.key" --socket="$munge_dir/munge.socket" \
+    --pid-file="$munge_dir/munged.pid" --log-file="$munge_dir/munged.log" --seed-file="$munge_dir/munged.seed"
+  munge_args=(--munge-socket "$munge_dir/munge.socket")
+else
+  echo "(no MUNGE row: a private munged needs root and munged, scripts/install-deps.sh)"
+fi
+"$build/scripts/bench/ddprun-auth-handshake-bench" --connections "${BENCH_AUTH_CONNECTIONS:-500}" "${munge_args[@]}"
+echo
 /usr/bin/python3 "$repo/scripts/bench/store_auth_bench.py" --store "$build/launcher/ddprun-store" \
   --connections "${BENCH_AUTH_CONNECTIONS:-500}"
 echo

@@ -65,7 +65,13 @@ class FuzzAuth final : public ddprun::rdzv::StoreAuth {
     return std::string(role.substr(0, 1)) + std::string(client_nonce.substr(0, 4)) +
            std::string(store_nonce.substr(0, 4));
   }
-  bool same(std::string_view a, std::string_view b) const override { return a == b; }
+  bool verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
+              std::string_view given, std::string& why) const override {
+    if (given == proof(role, client_nonce, store_nonce)) return true;
+    why = "a wrong proof";
+    return false;
+  }
+  std::string what() const override { return "the fuzzer's proof"; }
 };
 
 void check(bool ok, const char* what) {
