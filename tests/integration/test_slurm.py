@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -333,7 +334,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         with open(script, "w") as f:
             f.write(RAW_MUNGE_AUTH)
         os.chmod(self.tmp, 0o755)
-        raw = [PYTHON, script, "10.99.0.1", str(port), name, munge_socket]
+        raw = [sys.executable, script, "10.99.0.1", str(port), name, munge_socket]  # the host's: it runs `munge`
         # By hand from host 2: the job's user (root) is admitted, so the payload is the one the store expects;
         # the same credential made by another user (nobody) is refused.
         self.assertEqual(self.on_host(2, raw), (0, "admitted 0\n"))
