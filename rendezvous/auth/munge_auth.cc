@@ -54,8 +54,8 @@ std::string MungeAuth::proof(std::string_view role, std::string_view client_nonc
   char* cred = nullptr;
   if (munge_encode(&cred, ctx.get(), payload.data(), static_cast<int>(payload.size())) != EMUNGE_SUCCESS) {
     std::free(cred);
-    throw std::runtime_error("munged at " + socket_name(socket_) + " made no credential: " +
-                             munge_ctx_strerror(ctx.get()) + " (is munged running on this node?)");
+    throw std::runtime_error("munged at " + socket_name(socket_) +
+                             " made no credential: " + munge_ctx_strerror(ctx.get()));
   }
   std::string out(cred);
   std::free(cred);
