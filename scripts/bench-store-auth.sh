@@ -8,16 +8,19 @@
 #      500 each, alternating);
 #   2. scripts/bench-store-scale.sh with the servers ddprun and ddprun-secret: N worker clients initialising at
 #      once (BENCH_SCALE_RANKS, default 16000), admitted by address, every request checked for the job's keys.
+#   3. ddprun-rendezvous-replay --nodes BENCH_REPLAY_NODES (16000) without and with --secret, 3 runs each,
+#      alternating: the elastic rendezvous's first round on connections that did AUTH, and the handshakes of all
+#      nodes' connections timed apart.
 #
 #   scripts/bench-store-auth.sh [BUILD_DIR]   (default <repo>/build; BUILD_DIR/launcher/ddprun-store and
 #                                              BUILD_DIR/scripts/bench/ddprun-store-init-storm are used as built)
 #
-# Prints Markdown on stdout. Takes about 2 minutes on 2 quiet CPUs. Exit codes: 0 done, 1 a program is missing.
+# Prints Markdown on stdout. Takes about 3 minutes on 2 quiet CPUs. Exit codes: 0 done, 1 a program is missing.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(realpath -m "${1:-$repo/build}")
 for program in "$build/launcher/ddprun-store" "$build/scripts/bench/ddprun-store-init-storm" \
-  "$build/scripts/bench/ddprun-auth-handshake-bench"; do
+  "$build/scripts/bench/ddprun-auth-handshake-bench" "$build/scripts/bench/ddprun-rendezvous-replay"; do
   if [[ ! -x $program ]]; then
     echo "bench-store-auth: $program is missing: build it (cmake -DDDPRUN_BUILD_BENCHMARKS=ON, ninja bench)" >&2
     exit 1
@@ -42,3 +45,21 @@ echo
 echo
 BENCH_BUILD=0 BENCH_SCALE_SERVERS=ddprun,ddprun-secret BENCH_SCALE_RANKS=${BENCH_SCALE_RANKS:-16000} \
   "$repo/scripts/bench-store-scale.sh" "$build"
+echo
+nodes=${BENCH_REPLAY_NODES:-16000}
+echo "ddprun-rendezvous-replay --nodes $nodes, 3 runs each, alternating; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| store | round wall (first round, all nodes returned) | store CPU in the round | handshakes of all $nodes connections: wall | store CPU |"
+echo "|---|---:|---:|---:|---:|"
+for _ in 1 2 3; do
+  for flag in "" --secret; do
+    "$build/scripts/bench/ddprun-rendezvous-replay" --nodes "$nodes" $flag --timeout 300 | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+if not d["ok"]:
+    sys.exit("ddprun-rendezvous-replay: " + d.get("error", "failed"))
+name = "--secret (AUTH on every connection)" if d["secret"] else "open"
+w, c, h, hc = d["wall_ms"], d["cpu_ms"]["store"], d["handshake_ms"], d["cpu_ms"]["store_handshake"]
+print(f"| {name} | {w / 1e3:.2f} s | {c / 1e3:.2f} s | {h / 1e3:.2f} s | {hc / 1e3:.2f} s |")'
+  done
+done

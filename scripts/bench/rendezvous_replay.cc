@@ -2,7 +2,11 @@
 // event-driven client thread against one StoreServerThread on loopback (in a child process: see
 // StoreProcess). A benchmark, not a test.
 //
-//   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S]
+//   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S] [--secret]
+//
+// --secret: the store requires the job's secret (--rdzv_secret_file, docs/security.md) and every node's
+// connection does AUTH (HMAC-SHA256 both ways) after VALIDATE + PING; the handshakes are timed apart
+// (handshake_ms, cpu_ms.store_handshake) and the round then runs on authenticated connections.
 //
 // Why: ddprun-rendezvous-sim runs N real DynamicRendezvous objects, one thread and two blocking StoreClient
 // connections (each with its own io_context) per node; on a 2-core machine those simulated clients use about
@@ -45,6 +49,7 @@
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/c10d_round.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/wire_codec.h"
@@ -101,7 +106,8 @@ class StoreProcess {
     double cpu_ms = 0;
   };
 
-  StoreProcess() {
+  // `auth`: what the store requires of its clients (null: nothing).
+  explicit StoreProcess(std::shared_ptr<const rdzv::StoreAuth> auth) {
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
@@ -109,7 +115,7 @@ class StoreProcess {
     if (pid_ == 0) {
       close(to_child[1]);
       close(from_child[0]);
-      serve(to_child[0], from_child[1]);  // never returns
+      serve(to_child[0], from_child[1], std::move(auth));  // never returns
     }
     close(to_child[0]);
     close(from_child[1]);
@@ -134,11 +140,11 @@ class StoreProcess {
   }
 
  private:
-  [[noreturn]] static void serve(int commands, int replies) {
+  [[noreturn]] static void serve(int commands, int replies, std::shared_ptr<const rdzv::StoreAuth> auth) {
     raise_fd_limit();
     spdlog::set_level(spdlog::level::warn);
     {
-      rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+      rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1", .auth = std::move(auth)});
       auto say = [replies](const std::string& text) {
         return write(replies, text.data(), text.size()) == static_cast<ssize_t>(text.size());
       };
@@ -391,10 +397,12 @@ std::string verify(const std::vector<std::unique_ptr<Node>>& nodes) {
   return "";
 }
 
-int run(int n, int min, double timeout_s) {
+int run(int n, int min, double timeout_s, bool secret) {
   raise_fd_limit();
   spdlog::set_level(spdlog::level::warn);
-  StoreProcess server;  // before any thread or io_context of this process: it forks
+  std::shared_ptr<const rdzv::StoreAuth> auth;
+  if (secret) auth = std::make_shared<rdzv::HmacAuth>("the replay's job secret 0123456789");
+  StoreProcess server(auth);  // before any thread or io_context of this process: it forks
   asio::io_context io;
   Round round{.nodes = n, .min = min, .io = &io};
   tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), server.port());
@@ -408,18 +416,43 @@ int run(int n, int min, double timeout_s) {
     if (!ec && round.error.empty()) round.error = "not every node returned within --timeout";
     io.stop();
   });
-  // The modern handshake of each connection (VALIDATE + PING), as StoreClient does; not timed.
+  // The handshake of each connection as StoreClient does it (VALIDATE + PING, and AUTH with --secret); timed
+  // apart from the round.
   int shaken = 0;
+  const auto stats0 = server.stats();
+  const auto handshakes_began = Clock::now();
   for (auto& node : nodes) {
     Node* p = node.get();
-    p->call(Request{.op = Op::kValidate, .number = rdzv::kValidationMagic}, Reply::kNone, [&, p] {
-      p->call(Request{.op = Op::kPing, .number = 7}, Reply::kU32, [&] {
-        if (++shaken == n) io.stop();
-      });
-    });
+    auto shaken_one = [&] {
+      if (++shaken == n) io.stop();
+    };
+    auto authenticate = [&, p, shaken_one] {
+      if (!auth) return shaken_one();
+      auto nonce = std::make_shared<std::string>(auth->nonce());
+      p->call(
+          Request{.op = Op::kAuth, .values = {*nonce}, .number = 1}, Reply::kManyBytes,
+          [&, p, nonce, shaken_one] {
+            std::string why;
+            if (p->strs.size() != 2 || !auth->verify("store", *nonce, p->strs[0], p->strs[1], why)) {
+              round.error = "AUTH: the store's proof: " + why;
+              return io.stop();
+            }
+            const std::string proof = auth->proof("agent", *nonce, p->strs[0]);
+            p->call(Request{.op = Op::kAuth, .values = {proof}, .number = 2}, Reply::kU8, [&, p, shaken_one] {
+              if (p->num != 1) round.error = "AUTH refused";
+              shaken_one();
+            });
+          },
+          2);
+    };
+    p->call(
+        Request{.op = Op::kValidate, .number = rdzv::kValidationMagic}, Reply::kNone,
+        [&, p, authenticate] { p->call(Request{.op = Op::kPing, .number = 7}, Reply::kU32, authenticate); });
   }
   io.run();
   io.restart();
+  const double handshake_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - handshakes_began).count();
   const auto stats1 = server.stats();
   const double thread0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
   round.on_all_returned = [&] { deadline.cancel(); };
@@ -429,7 +462,7 @@ int run(int n, int min, double timeout_s) {
   const auto stats2 = server.stats();
   const double store_cpu = stats2.cpu_ms - stats1.cpu_ms;
 
-  std::string error = shaken < n ? "the handshakes did not finish" : round.error;
+  std::string error = !round.error.empty() ? round.error : shaken < n ? "the handshakes did not finish" : "";
   if (error.empty()) error = verify(nodes);
   nlohmann::json out = {{"nodes", n}, {"min_nodes", min}, {"max_nodes", n}, {"simulation", "replay"}};
   if (round.returned == n) {
@@ -451,7 +484,10 @@ int run(int n, int min, double timeout_s) {
   out["requests_round"] = stats2.requests - stats1.requests;
   out["requests_per_node"] = static_cast<double>(stats2.requests - stats1.requests) / n;
   out["connections"] = stats1.connections;
-  out["cpu_ms"] = {{"store", store_cpu}, {"clients", clients_cpu}};
+  out["cpu_ms"] = {
+      {"store", store_cpu}, {"clients", clients_cpu}, {"store_handshake", stats1.cpu_ms - stats0.cpu_ms}};
+  out["handshake_ms"] = handshake_ms;
+  out["secret"] = secret;
   out["ok"] = error.empty();
   if (!error.empty()) out["error"] = error;
   std::cout << out.dump() << std::endl;
@@ -465,9 +501,11 @@ int main(int argc, char** argv) {
   CLI::App app{"ddprun-rendezvous-replay: DynamicRendezvous's requests for N nodes from one client thread"};
   int nodes = 64, min = 0;
   double timeout_s = 120;
+  bool secret = false;
   app.add_option("--nodes", nodes, "Simulated nodes (max_nodes)")->check(CLI::Range(1, 100000));
   app.add_option("--min", min, "min_nodes (default: = --nodes)")->check(CLI::Range(0, 100000));
   app.add_option("--timeout", timeout_s, "Deadline of the whole run, seconds")->check(CLI::PositiveNumber);
+  app.add_flag("--secret", secret, "The store requires the job's secret; every connection does AUTH first");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -480,7 +518,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return ddprun::bench::run(nodes, min, timeout_s);
+    return ddprun::bench::run(nodes, min, timeout_s, secret);
   } catch (const std::exception& e) {
     std::cerr << "ddprun-rendezvous-replay: " << e.what() << "\n";
     return 1;
