@@ -64,7 +64,13 @@ std::string MungeAuth::proof(std::string_view role, std::string_view client_nonc
 
 bool MungeAuth::verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
                        std::string_view given, std::string& why) const {
-  Context ctx = context(socket_);
+  Context ctx;
+  try {
+    ctx = context(socket_);
+  } catch (const std::runtime_error& e) {  // never throws on the store's thread
+    why = e.what();
+    return false;
+  }
   void* data = nullptr;
   int length = 0;
   uid_t uid = 0;
