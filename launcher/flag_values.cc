@@ -1,12 +1,13 @@
 #include "launcher/flag_values.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <thread>
 
 #include "rendezvous/store/endpoint.h"
@@ -45,6 +46,12 @@ void fail(const Given& g, const std::string& expected) {
   fail_because(g, "expected " + expected);
 }
 
+std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
+                   const std::string& fallback) {
+  auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? fallback : it->second;
+}
+
 std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
@@ -76,8 +83,9 @@ double seconds(const Given& g) {
 uint64_t byte_size(const Given& g, uint64_t min) {
   auto v = parse_byte_size(trim(g.text));
   if (!v || *v < min) {
-    fail(g, "a size of at least " + std::to_string(min) + " bytes: a whole number with an optional unit K, M or G "
-            "(binary), like 256M");
+    fail(g, "a size of at least " + std::to_string(min) +
+                " bytes: a whole number with an optional unit K, M or G "
+                "(binary), like 256M");
   }
   return *v;
 }
@@ -150,8 +158,8 @@ std::map<std::string, std::string> parse_rdzv_conf(const Given& g) {
     } else if (key == "protocol") {
       if (lower != "http" && lower != "https") fail(g, "protocol=http or https, not '" + value + "'");
       conf[key] = lower;
-    } else if (key == "cacert" || key == "cert" || key == "key" || key == "etcd_prefix" || key == "ssl_cert" ||
-               key == "ssl_cert_key" || key == "ca_cert") {
+    } else if (key == "cacert" || key == "cert" || key == "key" || key == "etcd_prefix" ||
+               key == "ssl_cert" || key == "ssl_cert_key" || key == "ca_cert") {
       conf[key] = value;  // files and an etcd path: checked by etcd_conf
     } else if (key == "is_host" || key == "failover") {
       if (lower == "1" || lower == "true" || lower == "t" || lower == "yes" || lower == "y") {
@@ -246,7 +254,8 @@ std::vector<int> parse_signals(const Given& g) {
   return out;
 }
 
-EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy, std::vector<std::string>& warnings) {
+EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy,
+                   std::vector<std::string>& warnings) {
   EtcdConf e;
   auto value = [&conf](const char* key) {
     auto it = conf.find(key);

@@ -51,6 +51,10 @@ struct Given {
 
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
 // once trimmed. (Splitting and trimming: rendezvous/util/text_util.h.)
+// env[name], or `fallback` when it is unset or empty.
+std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
+                   const std::string& fallback = "");
+
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);
@@ -104,21 +108,22 @@ RdzvTimings rdzv_timings(const std::map<std::string, std::string>& conf);
 // readable (UsageError naming the key and the file otherwise); TLS keys without protocol=https: a warning, as
 // they are not used.
 struct EtcdConf {
-  bool https = false;   // protocol=https
-  std::string ca_file;  // cacert / ca_cert
-  std::string cert_file;  // cert / ssl_cert
-  std::string key_file;   // key / ssl_cert_key
+  bool https = false;                        // protocol=https
+  std::string ca_file;                       // cacert / ca_cert
+  std::string cert_file;                     // cert / ssl_cert
+  std::string key_file;                      // key / ssl_cert_key
   std::string prefix = "/torchelastic/p2p";  // etcd_prefix (etcd only)
 };
-EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy, std::vector<std::string>& warnings);
+EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy,
+                   std::vector<std::string>& warnings);
 
 // A duration given in seconds (the flags and RdzvTimings), as the milliseconds the agent and handlers take.
 inline std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// --rdzv_endpoint: "host[:port]" (rendezvous/store/endpoint.h), trimmed; blank = none (empty). The static backend
-// (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
+// --rdzv_endpoint: "host[:port]" (rendezvous/store/endpoint.h), trimmed; blank = none (empty). The static
+// backend (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
 // comma-separated list, tried in order (the store failover: rendezvous/store_failover.h; etcd's members).
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port = 29400);
 

@@ -39,6 +39,11 @@ namespace ddprun::launcher {
 // line or as PET_ variables). The derived settings (launcher/slurm_env.h) are the defaults of the flags they
 // stand for: a flag given with --slurm still wins. With c10d, the endpoint is <first host>:<first candidate
 // port> and is_host defaults to "agent 0 hosts".
+// --rdzv_auth: how the job's store admits agents (launcher/store_auth_setup.h, docs/security.md).
+enum class AuthMode { kAuto, kMunge, kNone };
+// "auto", "munge", "none"; nullopt for anything else.
+std::optional<AuthMode> parse_auth_mode(const std::string& text);
+
 struct SlurmLaunch {
   bool auto_detected = false;
   SlurmSettings settings;             // everything derived
@@ -151,7 +156,7 @@ struct LaunchConfig {
   // store's authentication chosen from them by the launcher's main before the rendezvous starts
   // (launcher/store_auth_setup.h; null: an open store).
   std::filesystem::path rdzv_secret_file;
-  std::string rdzv_auth = "auto";
+  AuthMode rdzv_auth = AuthMode::kAuto;
   std::shared_ptr<const rdzv::StoreAuth> store_auth;
   // --numa-binding (no PET_ variable, as in torchrun): the mode, and the CPUs of each local rank (index),
   // chosen at parse time near GPU <local rank> (launcher/numa_topology.h); both empty without the flag.

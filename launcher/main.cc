@@ -163,7 +163,7 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
 
   const bool etcd = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
                     config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2;
-  if (etcd && (!config.rdzv_secret_file.empty() || config.rdzv_auth == "munge")) {
+  if (etcd && (!config.rdzv_secret_file.empty() || config.rdzv_auth == ddprun::launcher::AuthMode::kMunge)) {
     spdlog::error(
         "--rdzv_secret_file and --rdzv_auth munge protect ddprun's own stores (static, c10d); the etcd "
         "backends "
@@ -174,8 +174,7 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   if (!etcd) {
     try {
       const auto setup = ddprun::launcher::setup_store_auth(
-          *ddprun::launcher::parse_auth_mode(config.rdzv_auth), config.rdzv_secret_file,
-          config.slurm.has_value(), config.rdzv_id, context.env);
+          config.rdzv_auth, config.rdzv_secret_file, config.slurm.has_value(), config.rdzv_id, context.env);
       if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
       if (!setup.note.empty()) spdlog::info("{}", setup.note);
       config.store_auth = setup.auth;

@@ -4,6 +4,13 @@
 
 namespace ddprun::launcher {
 
+std::optional<AuthMode> parse_auth_mode(const std::string& text) {
+  if (text == "auto") return AuthMode::kAuto;
+  if (text == "munge") return AuthMode::kMunge;
+  if (text == "none") return AuthMode::kNone;
+  return std::nullopt;
+}
+
 void parse_operation_flags(const std::function<Given(const std::string&)>& get, LaunchConfig& c) {
   agent::HealthPolicy& h = c.health;
   h.command = trim(get("--health_check").text);
@@ -18,7 +25,7 @@ void parse_operation_flags(const std::function<Given(const std::string&)>& get, 
   c.metrics_addr = trim(get("--metrics_addr").text);
 
   c.rdzv_secret_file = trim(get("--rdzv_secret_file").text);
-  c.rdzv_auth = one_of(get("--rdzv_auth"), {"auto", "munge", "none"});
+  c.rdzv_auth = *parse_auth_mode(one_of(get("--rdzv_auth"), {"auto", "munge", "none"}));
 
   const Given factor = get("--straggler_factor");
   const std::optional<double> f = to_double(factor.text);

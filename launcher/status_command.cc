@@ -35,12 +35,6 @@ struct Options {
   std::shared_ptr<const rdzv::StoreAuth> auth;  // --rdzv_secret_file: a store that requires the secret
 };
 
-std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
-                   const std::string& fallback) {
-  auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? fallback : it->second;
-}
-
 // The flags, else PET_*, else Slurm's allocation, else torchrun's defaults. Throws UsageError.
 Options parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
   CLI::App app{"ddprun status: a running job as its agents publish it (docs/observability.md)",

@@ -3,6 +3,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "launcher/flag_values.h"
 #include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/auth/munge_auth.h"
 
@@ -10,25 +11,12 @@ namespace ddprun::launcher {
 
 namespace {
 
-std::string env_value(const std::map<std::string, std::string>& env, const std::string& name) {
-  auto it = env.find(name);
-  return it == env.end() ? "" : it->second;
-}
-
 std::string munge_socket(const std::map<std::string, std::string>& env) {
-  if (std::string socket = env_value(env, "DDPRUN_MUNGE_SOCKET"); !socket.empty()) return socket;
-  std::string conf = env_value(env, "SLURM_CONF");
-  return rdzv::slurm_munge_socket(conf.empty() ? "/etc/slurm/slurm.conf" : conf);
+  if (std::string socket = env_or(env, "DDPRUN_MUNGE_SOCKET"); !socket.empty()) return socket;
+  return rdzv::slurm_munge_socket(env_or(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
 }
 
 }  // namespace
-
-std::optional<AuthMode> parse_auth_mode(const std::string& text) {
-  if (text == "auto") return AuthMode::kAuto;
-  if (text == "munge") return AuthMode::kMunge;
-  if (text == "none") return AuthMode::kNone;
-  return std::nullopt;
-}
 
 AuthSetup setup_store_auth(AuthMode mode, const std::filesystem::path& secret_file, bool slurm,
                            const std::string& run_id, const std::map<std::string, std::string>& env) {
@@ -44,7 +32,7 @@ AuthSetup setup_store_auth(AuthMode mode, const std::filesystem::path& secret_fi
     return setup;
   }
   if (mode == AuthMode::kNone || (mode == AuthMode::kAuto && !slurm)) return setup;
-  const std::string job_id = env_value(env, "SLURM_JOB_ID");
+  const std::string job_id = env_or(env, "SLURM_JOB_ID");
   const std::string job = (job_id.empty() ? "" : "Slurm job " + job_id + ", ") + "run " + run_id;
   auto munge = std::make_shared<rdzv::MungeAuth>(munge_socket(env), job);
   if (std::string why = munge->check(); !why.empty()) {

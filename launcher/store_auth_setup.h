@@ -14,20 +14,16 @@
 #include <optional>
 #include <string>
 
+#include "launcher/launch_config.h"
 #include "rendezvous/store/store_auth.h"
 
 namespace ddprun::launcher {
-
-enum class AuthMode { kAuto, kMunge, kNone };
 
 struct AuthSetup {
   std::shared_ptr<const rdzv::StoreAuth> auth;  // null: open
   std::string note;                             // what was chosen, for the log
   std::string warning;                          // a secret file others may read; munged silent under auto
 };
-
-// "auto", "munge", "none"; nullopt for anything else.
-std::optional<AuthMode> parse_auth_mode(const std::string& text);
 
 // `slurm`: this agent runs as a task of a Slurm job (SLURM_JOB_ID names it). `run_id`: the job's --rdzv_id.
 // munged's socket: $DDPRUN_MUNGE_SOCKET, else AuthInfo's socket= in $SLURM_CONF (default

@@ -3,7 +3,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -12,33 +11,16 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "rendezvous/auth/handshake_parts.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 
 namespace {
 
-constexpr std::string_view kContext = "ddprun store auth v1";
 constexpr size_t kMinSecretBytes = 16;
 
 }  // namespace
-
-std::string random_nonce() {
-  std::string out(StoreAuth::kNonceBytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1) {
-    throw std::runtime_error("OpenSSL's RAND_bytes failed: no random bytes for the store's handshake");
-  }
-  return out;
-}
-
-std::string auth_message(std::initializer_list<std::string_view> parts) {
-  std::string message = std::to_string(kContext.size()) + ":" + std::string(kContext);
-  for (std::string_view part : parts) {
-    message += std::to_string(part.size()) + ":";
-    message += part;
-  }
-  return message;
-}
 
 std::string HmacAuth::proof(std::string_view role, std::string_view client_nonce,
                             std::string_view store_nonce) const {

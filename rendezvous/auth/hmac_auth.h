@@ -5,20 +5,14 @@
 #pragma once
 
 #include <filesystem>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "rendezvous/auth/handshake_parts.h"
 #include "rendezvous/store/store_auth.h"
 
 namespace ddprun::rdzv {
-
-// StoreAuth::kNonceBytes from OpenSSL's RAND_bytes (every StoreAuth of this library).
-std::string random_nonce();
-// What a proof covers: the parts, each with its length (no two different inputs read the same), after the
-// handshake's version tag.
-std::string auth_message(std::initializer_list<std::string_view> parts);
 
 class HmacAuth final : public StoreAuth {
  public:

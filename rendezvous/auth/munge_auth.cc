@@ -9,7 +9,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
@@ -38,10 +37,6 @@ std::string socket_name(const std::string& socket) {
 
 MungeAuth::MungeAuth(std::string socket, std::string job)
     : socket_(std::move(socket)), job_(std::move(job)), uid_(getuid()) {}
-
-std::string MungeAuth::nonce() const {
-  return random_nonce();
-}
 
 std::string MungeAuth::what() const {
   return "a MUNGE credential of " + job_ + " (uid " + std::to_string(uid_) + ")";
@@ -100,11 +95,9 @@ bool MungeAuth::verify(std::string_view role, std::string_view client_nonce, std
 
 std::string MungeAuth::check() const {
   try {
-    const std::string nonce_a = nonce();
-    const std::string cred = proof("check", nonce_a, nonce_a);
+    const std::string n = nonce();
     std::string why;
-    if (!verify("check", nonce_a, nonce_a, cred, why)) return why;
-    return "";
+    return verify("check", n, n, proof("check", n, n), why) ? "" : why;
   } catch (const std::runtime_error& e) {
     return e.what();
   }
@@ -117,9 +110,10 @@ std::string slurm_munge_socket(const std::filesystem::path& slurm_conf) {
   while (std::getline(in, line)) {
     const std::string text = trim(line.substr(0, line.find('#')));
     const auto eq = text.find('=');
-    std::string name = trim(text.substr(0, eq == std::string::npos ? 0 : eq));
+    if (eq == std::string::npos) continue;
+    std::string name = trim(text.substr(0, eq));
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (eq == std::string::npos || name != "authinfo") continue;  // Slurm's keys ignore case
+    if (name != "authinfo") continue;  // Slurm's keys ignore case
     for (const std::string& option : split(trim(text.substr(eq + 1)), ',')) {
       if (option.starts_with("socket=")) socket = trim(option.substr(7));
     }
