@@ -341,7 +341,10 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
         self.assertEqual(self.on_host(2, nobody + raw), (0, "refused 65534\n"))
         # A ddprun agent of another user with the job's id and MUNGE: the store's credential is not its user's.
-        rc, log = self.on_host(2, nobody + ["env", f"SLURM_JOB_ID={job}", f"SLURM_CONF={SLURM_CONF}", DDPRUN,
+        # (A copy nobody may run: the build's directory may be private, as a fresh clone under mktemp -d is.)
+        ddprun = self.path("ddprun")
+        shutil.copy(DDPRUN, ddprun)
+        rc, log = self.on_host(2, nobody + ["env", f"SLURM_JOB_ID={job}", f"SLURM_CONF={SLURM_CONF}", ddprun,
                                             "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.99.0.1",
                                             "--master_port", str(port), "--rdzv_id", job, "--rdzv_auth", "munge",
                                             "--log_dir", "/tmp", "--no_python", "/bin/true"])
