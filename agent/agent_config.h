@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/watchdog/event_log.h"
+#include "agent/observe/event_log.h"
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {
@@ -83,12 +83,12 @@ struct AgentConfig {
   bool virtual_local_rank = false;  // --virtual-local-rank (agent/worker_env.h: virtual_local_rank_env)
   SupervisionPolicy supervision;
   HealthPolicy health;
-  // --metrics_port / --metrics_addr: the agent's HTTP endpoint (agent/metrics/metrics_server.h); 0 = none.
+  // --metrics_port / --metrics_addr: the agent's HTTP endpoint (agent/observe/metrics_server.h); 0 = none.
   uint16_t metrics_port = 0;
   std::string metrics_addr;
-  // --straggler_factor: the job-wide straggler rule (agent/loop/straggler_watch.h); 0 = off.
+  // --straggler_factor: the job-wide straggler rule (agent/observe/straggler_watch.h); 0 = off.
   double straggler_factor = 1.5;
-  // --event_log_handler file:PATH: the agent's lifecycle events as JSON lines (agent/loop/lifecycle_log.h).
+  // --event_log_handler file:PATH: the agent's lifecycle events as JSON lines (agent/observe/lifecycle_log.h).
   std::filesystem::path event_log_file;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
@@ -104,7 +104,7 @@ struct AgentConfig {
   // also go to attempt_<n>/filtered_stdout.log / filtered_stderr.log (created whenever the list is
   // non-empty).
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
-  // --event-log-handler (agent/watchdog/event_log.h; $LOGLEVEL in base_env applies), and what its events
+  // --event-log-handler (agent/observe/event_log.h; $LOGLEVEL in base_env applies), and what its events
   // name: torch's rendezvous backend
   // ("static", "c10d") and entry point (basename of the program it runs).
   EventLogHandler event_log_handler = EventLogHandler::kNull;

@@ -9,7 +9,7 @@
 #include "agent/process/worker_launch.h"  // signal_name
 #include "agent/worker_launches.h"
 #include "launcher/numa_topology.h"
-#include "launcher/slurm_env.h"
+#include "launcher/slurm/slurm_env.h"
 #include "rendezvous/util/duration_text.h"
 
 namespace ddprun::launcher {

@@ -124,7 +124,7 @@ inline std::chrono::milliseconds millis(double seconds) {
 
 // --rdzv_endpoint: "host[:port]" (rendezvous/store/endpoint.h), trimmed; blank = none (empty). The static
 // backend (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
-// comma-separated list, tried in order (the store failover: rendezvous/store_failover.h; etcd's members).
+// comma-separated list, tried in order (the store failover: rendezvous/c10d/store_failover.h; etcd's members).
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port = 29400);
 
 // --master_addr: a host name or address without a port; "[::1]" gives "::1".

@@ -9,8 +9,8 @@
 #include "launcher/flag_table.h"
 #include "launcher/flag_values.h"
 #include "launcher/operation_flags.h"
-#include "launcher/slurm_env.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_env.h"
+#include "launcher/slurm/slurm_launch.h"
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/util/text_util.h"
 
@@ -385,7 +385,7 @@ class Parser {
     c.slurm = SlurmLaunch{.auto_detected = !forced, .settings = *s};
   }
 
-  // After the flags are resolved: what Slurm still decides (launcher/slurm_launch.h).
+  // After the flags are resolved: what Slurm still decides (launcher/slurm/slurm_launch.h).
   void slurm_finish(LaunchConfig& c) {
     auto was_given = [this](const std::string& flag) { return given(flag).has_value(); };
     finish_slurm_launch(c, was_given, master_port_given_);

@@ -1,7 +1,7 @@
 // ddprun: the per-node launcher, a drop-in for torchrun.
 //
 //   ddprun [torchrun flags] script.py [script args]
-//   ddprun status [flags]      (launcher/status_command.h)
+//   ddprun status [flags]      (launcher/status/status_command.h)
 //
 // Wiring only: command line -> LaunchConfig (validated, typed) -> rendezvous handler -> ElasticAgent, with
 // the AgentConfig of launcher/agent_config.h, after launcher/preflight.h's checks; --dry-run prints
@@ -32,11 +32,11 @@
 #include "launcher/launch_config.h"
 #include "launcher/preflight.h"
 #include "launcher/rendezvous_options.h"
-#include "launcher/slurm_port.h"
-#include "launcher/status_command.h"
+#include "launcher/slurm/slurm_port.h"
+#include "launcher/status/status_command.h"
 #include "launcher/store_auth_setup.h"
 #include "launcher/torch_version.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/util/text_util.h"
@@ -63,7 +63,7 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
 }
 
 // make_rendezvous, except under Slurm without a port given: then on the first free candidate port (agent 0),
-// or on the candidate whose store belongs to this Slurm step (the other agents). See launcher/slurm_port.h.
+// or on the candidate whose store belongs to this Slurm step (the other agents). See launcher/slurm/slurm_port.h.
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const LaunchConfig& c) {
   if (!c.slurm || c.slurm->probe_ports.empty()) return make_rendezvous(c);
   const ddprun::launcher::SlurmLaunch& s = *c.slurm;
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
   // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
   // agent's destructors have stopped and reaped every worker.
   try {
-    if (argc >= 2 && std::string(argv[1]) == "status") {  // `ddprun status`: launcher/status_command.h
+    if (argc >= 2 && std::string(argv[1]) == "status") {  // `ddprun status`: launcher/status/status_command.h
       return ddprun::launcher::status_main(std::vector<std::string>(argv + 2, argv + argc),
                                            ddprun::agent::current_environment());
     }

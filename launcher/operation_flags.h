@@ -1,9 +1,9 @@
 // The flags for running a job on a fleet (ddprun extensions, docs/cli.md): the health checks (--health_check,
 // --health_check_timeout, --health_check_interval, --health_check_attempts, --health_check_builtin; the
 // agent's HealthPolicy, agent/health/health_check.h), --gpu_memory_wait, and the metrics endpoint
-// (--metrics_port, --metrics_addr; agent/metrics/metrics_server.h), the straggler report (--straggler_factor;
-// agent/loop/straggler_watch.h) and the event log (--event_log_handler: torchrun's null, console,
-// dynamic_rendezvous, and ddprun's file:PATH; agent/loop/lifecycle_log.h).
+// (--metrics_port, --metrics_addr; agent/observe/metrics_server.h), the straggler report (--straggler_factor;
+// agent/observe/straggler_watch.h) and the event log (--event_log_handler: torchrun's null, console,
+// dynamic_rendezvous, and ddprun's file:PATH; agent/observe/lifecycle_log.h).
 //
 // Throws UsageError naming the flag and what it expects. Thread-safe (no state).
 #pragma once

@@ -29,7 +29,7 @@
 #include <variant>
 
 #include "launcher/launch_config.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 

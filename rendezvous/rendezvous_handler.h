@@ -139,7 +139,7 @@ class RendezvousHandler {
   void stand_aside(const std::string& reason) {
     guard([&] { do_stand_aside(reason); });
   }
-  // Publishes this agent's status document (agent/loop/status_report.h) where `ddprun status` reads it; a
+  // Publishes this agent's status document (agent/observe/status_report.h) where `ddprun status` reads it; a
   // store request or two. Backends without a ddprun store ignore it. RendezvousStoreError.
   void publish_status(const std::string& doc) {
     guard([&] { do_publish_status(doc); });

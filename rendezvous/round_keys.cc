@@ -110,7 +110,10 @@ std::vector<std::string> RoundKeys::status_identities(Store& store) const {
   if (n <= 0) return {};
   std::vector<std::string> index_keys;
   for (int64_t i = 0; i < n; ++i) index_keys.push_back(key("status/" + std::to_string(i)));
-  return store.multi_get(index_keys);
+  std::vector<std::string> identities = store.multi_get(index_keys);
+  // An agent registers with an ADD, then names itself with a SET: between the two its slot reads empty.
+  std::erase_if(identities, [](const std::string& id) { return id.empty(); });
+  return identities;
 }
 
 std::vector<std::string> RoundKeys::status_documents(Store& store,

@@ -6,7 +6,7 @@
 //   r<round>/done      ADD counter of nodes whose workers all succeeded; the last one stops the round (kDone)
 //   r<round>/left      ADD counter of nodes leaving; the last one sets r<round>/left_all
 //   closed             the job is over: late agents must exit
-//   status/n, status/<i>, status/<identity>   `ddprun status` (launcher/job_status.h): how many agents
+//   status/n, status/<i>, status/<identity>   `ddprun status` (launcher/status/job_status.h): how many agents
 //                      registered, the identity of the i-th, and each agent's status document (JSON)
 // and, outside the run's namespace, "/ddprun/worker_keyspace": the workers' keyspace (KeyValueState), which
 // the node completing a round opens before any node can start that round's workers. Stateless apart from the
@@ -53,7 +53,7 @@ class RoundKeys {
   // and their documents (one request).
   std::vector<std::string> status_identities(Store& store) const;
   std::vector<std::string> status_documents(Store& store, const std::vector<std::string>& identities) const;
-  // The job-wide straggler report (status/stragglers; agent/loop/straggler_watch.h): published by the agent
+  // The job-wide straggler report (status/stragglers; agent/observe/straggler_watch.h): published by the agent
   // of node rank 0, read by `ddprun status` (nullopt: none published).
   void publish_stragglers(Store& store, const std::string& doc) const {
     store.set(key("status/stragglers"), doc);

@@ -29,7 +29,7 @@ packages+=,libboost-system-dev,nlohmann-json3-dev,libcli11-dev,libspdlog-dev,lib
 # python3-etcd: torch's etcd and etcd-v2 rendezvous backends (tests/integration/test_etcd_netns.py) import it;
 # libssl-dev: the project's configure needs OpenSSL (rendezvous/etcd's https), also for the SDK's build here.
 packages+=,python3-etcd,libssl-dev
-# prometheus-cpp-dev: the agent's metrics (agent/metrics/); libmunge-dev: the store's MUNGE handshake.
+# prometheus-cpp-dev: the agent's metrics (agent/observe/); libmunge-dev: the store's MUNGE handshake.
 packages+=,prometheus-cpp-dev,libmunge-dev
 stamp_text="$suite $packages shim-v1"
 

@@ -22,7 +22,7 @@ std::map<std::string, uint64_t> gpu_memory_used(Nvml& nvml, const std::vector<st
 }
 
 GpuMemoryWait wait_for_gpu_memory(Nvml& nvml, const std::map<std::string, uint64_t>& baseline,
-                                  std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout, const GpuWaitPause& pause) {
   const auto start = Clock::now();
   GpuMemoryWait result;
   while (true) {
@@ -36,7 +36,13 @@ GpuMemoryWait wait_for_gpu_memory(Nvml& nvml, const std::map<std::string, uint64
     }
     result.waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (result.still_held.empty() || result.waited >= timeout) return result;
-    std::this_thread::sleep_for(kPoll);  // NVML has no event for a release
+    // NVML has no event for a release: look again after kPoll.
+    if (!pause) {
+      std::this_thread::sleep_for(kPoll);
+    } else if (pause(kPoll)) {
+      result.interrupted = true;
+      return result;
+    }
   }
 }
 

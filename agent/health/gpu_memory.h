@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,10 +30,14 @@ std::map<std::string, uint64_t> gpu_memory_used(Nvml& nvml, const std::vector<st
 struct GpuMemoryWait {
   std::chrono::milliseconds waited{0};
   std::vector<std::string> still_held;  // "GPU 1: 2048 MiB above the 512 MiB it used before the job"
+  bool interrupted = false;             // `pause` ended the wait
 };
 
-// Waits until each GPU of `baseline` uses no more than its baseline + kGpuMemorySlack, or `timeout`.
+// Waits until each GPU of `baseline` uses no more than its baseline + kGpuMemorySlack, or `timeout`, or
+// `pause` returns true. `pause(d)` waits up to `d` between two looks and returns true when the wait must end
+// now (the agent's loop: an event arrived, such as the round's stop or a signal); by default it sleeps.
+using GpuWaitPause = std::function<bool(std::chrono::milliseconds)>;
 GpuMemoryWait wait_for_gpu_memory(Nvml& nvml, const std::map<std::string, uint64_t>& baseline,
-                                  std::chrono::milliseconds timeout);
+                                  std::chrono::milliseconds timeout, const GpuWaitPause& pause = {});
 
 }  // namespace ddprun::agent

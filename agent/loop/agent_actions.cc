@@ -11,7 +11,7 @@
 #include <deque>
 
 #include "agent/loop/agent_loop.h"
-#include "agent/watchdog/failure_summary.h"
+#include "agent/observe/failure_summary.h"
 #include "agent/watchdog/progress_monitor.h"
 #include "agent/watchdog/stack_capture.h"
 

@@ -177,10 +177,17 @@ void AgentLoop::refresh_metrics(const WorkerGroup* group) {
     metrics_->refresh(job_.restarts_done, group, rdzv_->hosted_store_stats(), stragglers_.flagged());
 }
 
+// Runs while the round's watcher heartbeats for this node (a wait of up to --gpu_memory_wait must not get it
+// declared lost); an event (the round stopped, a signal) ends it at once and is handled by monitor().
 void AgentLoop::await_gpu_memory() {
   if (!nvml_ || gpu_baseline_.empty() || config_.health.gpu_memory_wait.count() == 0) return;
-  const GpuMemoryWait w = wait_for_gpu_memory(*nvml_, gpu_baseline_, config_.health.gpu_memory_wait);
-  if (!w.still_held.empty()) {
+  const GpuMemoryWait w =
+      wait_for_gpu_memory(*nvml_, gpu_baseline_, config_.health.gpu_memory_wait,
+                          [this](std::chrono::milliseconds d) { return events_.wait_pending(Clock::now() + d); });
+  if (w.interrupted) {
+    spdlog::info("stopped waiting for the previous workers' GPU memory after {}: {}", duration_text(w.waited),
+                 "an event arrived (the round stopped, or a signal)");
+  } else if (!w.still_held.empty()) {
     spdlog::warn(
         "the previous workers' GPU memory is still held after {} ({}); starting the new workers anyway",
         duration_text(w.waited), join(w.still_held, "; "));
@@ -266,10 +273,10 @@ WorkerGroup AgentLoop::assign(const rdzv::RendezvousInfo& round) {
 // Starts watching the round, then every worker; a worker that cannot start is the group's first event.
 void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
+  watcher_.start(group.round.round);  // first: it heartbeats for this node while the GPUs are waited for
   if (generations_++ > 0) await_gpu_memory();
   status_.set_group(&group);
   status_.set_state("running");
-  watcher_.start(group.round.round);
   if (std::string error = processes_->spawn(group); !error.empty()) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
   } else {

@@ -9,8 +9,8 @@
 //
 // The loop owns, besides the rendezvous handler: the run directory (agent/loop/run_directory.h), the workers'
 // processes on the io thread (agent/loop/worker_processes.h), the store watcher thread
-// (agent/loop/round_watcher.h), torch's events (agent/loop/job_events.h), its status for `ddprun status`
-// (agent/loop/status_report.h) and the job-wide straggler report (agent/loop/straggler_watch.h).
+// (agent/loop/round_watcher.h), torch's events (agent/observe/job_events.h), its status for `ddprun status`
+// (agent/observe/status_report.h) and the job-wide straggler report (agent/observe/straggler_watch.h).
 //
 // Threads: run() on the caller's thread; the io thread and the watcher report through the EventQueue only.
 // Internal to the agent.
@@ -27,15 +27,15 @@
 #include "agent/agent_config.h"
 #include "agent/health/nvml.h"
 #include "agent/loop/event_queue.h"
-#include "agent/loop/job_events.h"
-#include "agent/loop/lifecycle_log.h"
+#include "agent/observe/job_events.h"
+#include "agent/observe/lifecycle_log.h"
 #include "agent/loop/round_watcher.h"
 #include "agent/loop/run_directory.h"
-#include "agent/loop/status_report.h"
-#include "agent/loop/straggler_watch.h"
+#include "agent/observe/status_report.h"
+#include "agent/observe/straggler_watch.h"
 #include "agent/loop/worker_processes.h"
-#include "agent/metrics/agent_metrics.h"
-#include "agent/metrics/metrics_server.h"
+#include "agent/observe/agent_metrics.h"
+#include "agent/observe/metrics_server.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -65,7 +65,7 @@ class AgentLoop {
   void await_healthy();
   // Before a generation that follows another: the old one's GPU memory released (agent/health/gpu_memory.h).
   void await_gpu_memory();
-  // --metrics_port: the gauges of agent/metrics/agent_metrics.h, with the status refresh.
+  // --metrics_port: the gauges of agent/observe/agent_metrics.h, with the status refresh.
   void refresh_metrics(const WorkerGroup* group);
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);

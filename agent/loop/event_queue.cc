@@ -25,4 +25,9 @@ bool EventQueue::pop(Event& out, std::optional<Clock::time_point> deadline) {
   return true;
 }
 
+bool EventQueue::wait_pending(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return !events_.empty(); });
+}
+
 }  // namespace ddprun::agent

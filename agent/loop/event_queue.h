@@ -18,13 +18,9 @@
 
 #include "agent/process/worker_launch.h"
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/util/unix_time.h"
 
 namespace ddprun::agent {
-
-// Now, in seconds since the Unix epoch (Event::time, the time of a failure).
-inline double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 struct Event {
   enum class Kind { kWorkerExited, kGroupStopped, kRoundStopped, kWatcherError, kSignal, kDeadlineMissed };
@@ -32,7 +28,7 @@ struct Event {
   int local_rank = 0;    // kWorkerExited
   pid_t pid = 0;         // kWorkerExited, kDeadlineMissed
   ExitStatus status;     // kWorkerExited
-  double time = 0;       // kWorkerExited: seconds since the Unix epoch
+  double time = 0;       // kWorkerExited: seconds since the Unix epoch (unix_now)
   rdzv::RoundStop stop;  // kRoundStopped
   std::string error;     // kWatcherError; kDeadlineMissed: the timer's scope
   int signal = 0;        // kSignal; kDeadlineMissed: the signal the timer asked for
@@ -48,6 +44,8 @@ class EventQueue {
   // Waits for the next event until `deadline` (nullopt: forever). Returns false on the deadline (`out`
   // untouched). One consumer at a time.
   bool pop(Event& out, std::optional<Clock::time_point> deadline);
+  // Waits until an event is queued (true; it stays queued) or `deadline` passes (false). The consumer only.
+  bool wait_pending(Clock::time_point deadline);
 
  private:
   std::mutex mu_;

@@ -41,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/store/endpoint.h"

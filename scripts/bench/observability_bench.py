@@ -23,7 +23,7 @@ it; part 3 uses its TCPStore as the store client).
 3. `ddprun status` of a simulated job: ddprun-store on a free loopback port; one client writes what --nodes
    c10d agents with --ranks ranks each publish (rendezvous/round_keys.cc publish_status: the counter
    ddprun/<run>/status/n by add, ddprun/<run>/status/<i> = identity, ddprun/<run>/status/<identity> = the
-   document of agent/loop/status_report.h, all in round 0 and running; and ddprun/<run>/live/<identity>,
+   document of agent/observe/status_report.h, all in round 0 and running; and ddprun/<run>/live/<identity>,
    the c10d keep-alive key that `status` checks). Then `ddprun status --rdzv_backend c10d --rdzv_endpoint
    127.0.0.1:PORT --rdzv_id RUN`, with --json and without (the table), --status-reps times each, alternately,
    after one untimed call of each, while a second client rewrites documents at --write-rate sets/s (every
@@ -319,7 +319,7 @@ def identity(i):
 
 
 def status_document(i, nodes, ranks, step):
-    """The document agent i would publish while its ranks train (agent/loop/status_report.h, schema 1), as
+    """The document agent i would publish while its ranks train (agent/observe/status_report.h, schema 1), as
     nlohmann's dump writes it: compact, keys sorted."""
     rng = random.Random(i * 1000003 + step)
     return json.dumps({

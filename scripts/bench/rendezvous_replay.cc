@@ -15,12 +15,12 @@
 // what the protocol costs the store, as when every node is a machine of its own.
 //
 // Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
-// for each reply before the next, as rendezvous/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
+// for each reply before the next, as rendezvous/c10d/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
 // for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], SET
 // live/<identity>, CHECK round, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node
 // whose arrival makes the count min [WAITs for r0/full when min < max] and closes
-// (rendezvous/dynamic_closing.cc): ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors,
-// rdzv::assign_ranks (rendezvous/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET
+// (rendezvous/c10d/dynamic_closing.cc): ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors,
+// rdzv::assign_ranks (rendezvous/c10d/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET
 // round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET
 // assign/<i> (r0/dropped is read from round 1 on). Descriptors carry a standby endpoint (each node as if on a
 // host of its own) and assignments the round's successors, as with the store failover on. The store must
@@ -50,10 +50,10 @@
 #include <vector>
 
 #include "rendezvous/auth/hmac_auth.h"
-#include "rendezvous/c10d_round.h"
+#include "rendezvous/c10d/c10d_round.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/wire_codec.h"
-#include "rendezvous/store_failover.h"
+#include "rendezvous/c10d/store_failover.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {

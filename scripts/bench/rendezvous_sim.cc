@@ -52,7 +52,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/store/store_server.h"
 #include "scripts/bench/fd_limit.h"
 

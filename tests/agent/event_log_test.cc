@@ -1,7 +1,7 @@
-// Unit tests for agent/watchdog/event_log.h: torch's event lines, byte for byte. The expected lines were
+// Unit tests for agent/observe/event_log.h: torch's event lines, byte for byte. The expected lines were
 // printed by torch's own Event.serialize() (torch.distributed.elastic.events.api, 2.6) for the metadata that
 // torch's SimpleElasticAgent._construct_event builds; error files go to a fresh temporary directory.
-#include "agent/watchdog/event_log.h"
+#include "agent/observe/event_log.h"
 
 #include <stdlib.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "agent/loop/job_events.h"  // worker_status_events
+#include "agent/observe/job_events.h"  // worker_status_events
 #include "catch_compat.h"
 #include "temp_dir.h"
 

@@ -3,7 +3,7 @@
 // torch 2.6 (ChildFailedError(name, {rank: ProcessFailure(...)}), TZ=UTC, socket.getfqdn patched to
 // "node1.example.com", error files with the same content as below); torch 1.13 prints the same.
 // The error files are written to a fresh temporary directory; TZ is set to UTC for the times.
-#include "agent/watchdog/failure_summary.h"
+#include "agent/observe/failure_summary.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
-// Unit test of agent/loop/lifecycle_log.h: one JSON line per event, the common fields first, appended.
-#include "agent/loop/lifecycle_log.h"
+// Unit test of agent/observe/lifecycle_log.h: one JSON line per event, the common fields first, appended.
+#include "agent/observe/lifecycle_log.h"
 
 #include <unistd.h>
 

@@ -1,13 +1,13 @@
-// The agent's HTTP endpoint (agent/metrics/metrics_server.h) on 127.0.0.1, spoken to as Prometheus and the
-// kubelet do: /metrics with the registry's text (agent/metrics/agent_metrics.h), /healthz, /readyz, and what
+// The agent's HTTP endpoint (agent/observe/metrics_server.h) on 127.0.0.1, spoken to as Prometheus and the
+// kubelet do: /metrics with the registry's text (agent/observe/agent_metrics.h), /healthz, /readyz, and what
 // it refuses.
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "agent/metrics/agent_metrics.h"
-#include "agent/metrics/metrics_server.h"
+#include "agent/observe/agent_metrics.h"
+#include "agent/observe/metrics_server.h"
 #include "catch_compat.h"
 
 using namespace ddprun::agent;

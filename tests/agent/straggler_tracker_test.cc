@@ -1,6 +1,6 @@
-// Unit test of agent/watchdog/straggler_tracker.h: the straggler rule over samples of the ranks' time before
+// Unit test of agent/observe/straggler_tracker.h: the straggler rule over samples of the ranks' time before
 // their first collective.
-#include "agent/watchdog/straggler_tracker.h"
+#include "agent/observe/straggler_tracker.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -23,7 +23,7 @@ INSTALL_TIMEOUT = 300  # apt-get of slurm-wlm and munge on a fresh machine
 UP_TIMEOUT = 420  # slurm-cluster.sh up: DDPRUN_SLURM_START_TIMEOUT (180 s) per wait, and a margin
 JOB_TIMEOUT = 180  # seconds: bound for one job (a 2x2 torch job takes ~10-40 s on a loaded 2-core machine)
 TRAIN_ARGS = ["--hidden", "32", "--batch", "16", "--log-every", "10"]
-EXIT_SLURM_INTERRUPTED = 75  # launcher/slurm_env.h, docs/slurm.md
+EXIT_SLURM_INTERRUPTED = 75  # launcher/slurm/slurm_env.h, docs/slurm.md
 
 
 def wait_until(predicate, timeout, what, describe=lambda: ""):

@@ -1,10 +1,10 @@
-// read_job_status (launcher/job_status.h) against a real ddprun store on 127.0.0.1: agents' status documents
-// as agent/loop/status_report.h publishes them, their connection-bound live/ keys, the round's stop and the
+// read_job_status (launcher/status/job_status.h) against a real ddprun store on 127.0.0.1: agents' status documents
+// as agent/observe/status_report.h publishes them, their connection-bound live/ keys, the round's stop and the
 // closed key, and what `ddprun status` derives from them.
 #include <memory>
 
 #include "catch_compat.h"
-#include "launcher/job_status.h"
+#include "launcher/status/job_status.h"
 #include "rendezvous/round_keys.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_server.h"

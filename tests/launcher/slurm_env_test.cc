@@ -1,9 +1,9 @@
-// Unit tests of Slurm support: launcher/slurm_env.h (environment -> derived settings) and its wiring into
+// Unit tests of Slurm support: launcher/slurm/slurm_env.h (environment -> derived settings) and its wiring into
 // the command line (launcher/launch_config.h, the --dry-run block of launcher/dry_run.h). Pure: no processes.
 //
 // The environments are the variables a real Slurm 22.05 set (scripts/slurm-cluster.sh, `sbatch -N2`):
 // srun_env() is what task 1 of `srun --ntasks-per-node=1` saw, batch_env() what the batch script saw.
-#include "launcher/slurm_env.h"
+#include "launcher/slurm/slurm_env.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-// launcher/slurm_port.h on 127.0.0.1: agent 0 takes the first candidate it can bind; the other agents find
+// launcher/slurm/slurm_port.h on 127.0.0.1: agent 0 takes the first candidate it can bind; the other agents find
 // the candidate whose store carries their step token, skipping ports held by another job's store or by a
 // program that is no store at all. Candidate ports are ports that were free a moment ago (bound to port 0).
 #include <boost/asio/io_context.hpp>
@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "catch_compat.h"
-#include "launcher/slurm_env.h"
-#include "launcher/slurm_port.h"
+#include "launcher/slurm/slurm_env.h"
+#include "launcher/slurm/slurm_port.h"
 #include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/c10d_round.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/c10d_round.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous_participants.h"

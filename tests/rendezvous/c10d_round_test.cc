@@ -1,6 +1,6 @@
-// Unit tests of rendezvous/c10d_round: the c10d round's two records, byte for byte, and the closer's rank
+// Unit tests of rendezvous/c10d/c10d_round: the c10d round's two records, byte for byte, and the closer's rank
 // assignment. No store, no sockets.
-#include "rendezvous/c10d_round.h"
+#include "rendezvous/c10d/c10d_round.h"
 
 #include <string>
 #include <vector>

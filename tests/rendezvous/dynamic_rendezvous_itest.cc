@@ -16,8 +16,8 @@
 
 #include "c10d_fixture.h"
 #include "catch_compat.h"
-#include "rendezvous/c10d_round.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/c10d_round.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"

@@ -1,7 +1,7 @@
 // Unit tests of the c10d backend's pure parts: who takes part in a round (select_nodes), its ranks
 // (order_nodes), which endpoint hosts are this machine (is_local_host; name resolution of literals only, no
 // traffic).
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "rendezvous/c10d_round.h"
+#include "rendezvous/c10d/c10d_round.h"
 #include "rendezvous/reachability.h"
 
 namespace ddprun::rdzv {

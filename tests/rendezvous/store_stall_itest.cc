@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"
-#include "rendezvous/store_failover.h"
+#include "rendezvous/c10d/store_failover.h"
 #include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {

@@ -11,7 +11,7 @@
 
 #include "catch_compat.h"
 #include "etcd_process.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/c10d/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/rendezvous_error.h"

@@ -1,0 +1,237 @@
+#include "agent/observe/agent_metrics.h"
+
+#include <prometheus/text_serializer.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+
+#include "rendezvous/util/unix_time.h"
+#include "agent/watchdog/progress_monitor.h"
+
+namespace ddprun::agent {
+
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+double own_cpu_seconds() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double own_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+AgentMetrics::AgentMetrics()
+    : restarts_(BuildCounter()
+                    .Name("ddprun_restarts_total")
+                    .Help("Restarts of the worker group counted against --max_restarts")
+                    .Register(*registry_)),
+      rounds_(BuildCounter()
+                  .Name("ddprun_rounds_total")
+                  .Help("Rounds this agent ran, by how they ended")
+                  .Register(*registry_)),
+      exits_(BuildCounter()
+                 .Name("ddprun_worker_exits_total")
+                 .Help("Worker exits, by exit code or signal")
+                 .Register(*registry_)),
+      rendezvous_(BuildHistogram()
+                      .Name("ddprun_rendezvous_duration_seconds")
+                      .Help("Time from joining a round to its completion")
+                      .Register(*registry_)),
+      workers_(
+          BuildGauge().Name("ddprun_workers").Help("This agent's workers, by state").Register(*registry_)),
+      progress_age_(BuildGauge()
+                        .Name("ddprun_rank_progress_age_seconds")
+                        .Help("Seconds since a local rank last wrote its $DDPRUN_PROGRESS_FILE")
+                        .Register(*registry_)),
+      step_time_(BuildGauge()
+                     .Name("ddprun_rank_step_seconds")
+                     .Help("A local rank's last step time, from its $DDPRUN_PROGRESS_FILE")
+                     .Register(*registry_)),
+      before_collective_(BuildGauge()
+                             .Name("ddprun_rank_before_collective_seconds")
+                             .Help("A local rank's time before its last step's first collective, from its "
+                                   "$DDPRUN_PROGRESS_FILE")
+                             .Register(*registry_)),
+      stragglers_(
+          BuildGauge()
+              .Name("ddprun_straggler")
+              .Help("1 for each rank of the job flagged as a straggler (exported by the agent of node "
+                    "rank 0)")
+              .Register(*registry_)),
+      straggler_episodes_(BuildCounter()
+                              .Name("ddprun_straggler_episodes_total")
+                              .Help("Straggler episodes begun (counted by the agent of node rank 0)")
+                              .Register(*registry_)),
+      cpu_(BuildCounter()
+               .Name("ddprun_agent_cpu_seconds_total")
+               .Help("CPU time (user and system) of the agent process itself")
+               .Register(*registry_)),
+      rss_(BuildGauge()
+               .Name("ddprun_agent_resident_memory_bytes")
+               .Help("Resident memory of the agent process itself")
+               .Register(*registry_)),
+      store_connections_(BuildGauge()
+                             .Name("ddprun_store_connections")
+                             .Help("Open connections to the store this agent hosts")
+                             .Register(*registry_)),
+      store_requests_(BuildCounter()
+                          .Name("ddprun_store_requests_total")
+                          .Help("Requests served by the store this agent hosts, by operation")
+                          .Register(*registry_)),
+      store_held_(
+          BuildGauge()
+              .Name("ddprun_store_held_bytes")
+              .Help("Bytes the store this agent hosts holds for its clients (see --store_memory_budget)")
+              .Register(*registry_)),
+      store_budget_(BuildGauge()
+                        .Name("ddprun_store_memory_budget_bytes")
+                        .Help("The store's --store_memory_budget")
+                        .Register(*registry_)),
+      store_dropped_(
+          BuildCounter()
+              .Name("ddprun_store_clients_dropped_total")
+              .Help("Store clients closed for misbehaviour or for holding the most over the budget")
+              .Register(*registry_)),
+      store_refused_(BuildCounter()
+                         .Name("ddprun_store_clients_refused_total")
+                         .Help("Store clients refused by a store with the job's secret (--rdzv_secret_file)")
+                         .Register(*registry_)) {
+  restarts_.Add({});
+  for (const char* reason : {"failure", "membership", "signal", "done", "exit"})
+    rounds_.Add({{"reason", reason}});
+  rendezvous_hist_ = &rendezvous_.Add(
+      {}, prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+  for (const char* s : {"running", "succeeded", "failed", "stopped"}) workers_.Add({{"state", s}});
+  cpu_.Add({});
+  rss_.Add({});
+  straggler_episodes_.Add({});
+}
+
+void AgentMetrics::rendezvous_done(std::chrono::duration<double> took) {
+  rendezvous_hist_->Observe(took.count());
+}
+
+void AgentMetrics::worker_exited(const ExitStatus& status) {
+  if (status.signal != 0) {
+    exits_.Add({{"signal", signal_name(status.signal)}}).Increment();
+  } else {
+    exits_.Add({{"code", std::to_string(status.exit_code)}}).Increment();
+  }
+}
+
+void AgentMetrics::round_ended(const std::string& reason) {
+  rounds_.Add({{"reason", reason}}).Increment();
+}
+
+void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
+                           const std::optional<rdzv::StoreServerStats>& store,
+                           const std::map<int, StragglerEpisode>& stragglers) {
+  std::lock_guard lock(mu_);
+  if (restarts_done > restarts_seen_) restarts_.Add({}).Increment(restarts_done - restarts_seen_);
+  restarts_seen_ = restarts_done;
+  const double cpu = own_cpu_seconds();
+  if (cpu > cpu_seen_) cpu_.Add({}).Increment(cpu - cpu_seen_);
+  cpu_seen_ = std::max(cpu, cpu_seen_);
+  rss_.Add({}).Set(own_rss_bytes());
+  refresh_ranks(group);
+  refresh_stragglers(stragglers);
+  if (store) refresh_store(*store);
+}
+
+void AgentMetrics::refresh_ranks(const WorkerGroup* group) {
+  std::map<std::string, double> states{{"running", 0}, {"succeeded", 0}, {"failed", 0}, {"stopped", 0}};
+  const int round = group ? group->round.round : -1;
+  if (round != ranks_round_) {  // another round's ranks (or none): their series go
+    for (auto [family, series] : rank_series_) family->Remove(series);
+    rank_series_.clear();
+  }
+  ranks_round_ = round;
+  auto set = [&](prometheus::Family<prometheus::Gauge>& family, const prometheus::Labels& labels, double v) {
+    auto& series = family.Add(labels);
+    series.Set(v);
+    const std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*> entry{&family, &series};
+    if (std::find(rank_series_.begin(), rank_series_.end(), entry) == rank_series_.end())
+      rank_series_.push_back(entry);
+  };
+  if (group) {
+    for (const Worker& w : group->workers) {
+      states[worker_state_name(w.state)] += 1;
+      const prometheus::Labels labels{{"rank", std::to_string(w.rank)},
+                                      {"local_rank", std::to_string(w.local_rank)}};
+      if (auto beat = read_heartbeat(w.paths.progress_file)) {
+        set(progress_age_, labels,
+            std::max(0.0, unix_now() - static_cast<double>(modification_ns(w.paths.progress_file)) / 1e9));
+        if (beat->step_s) set(step_time_, labels, *beat->step_s);
+        if (beat->before_collective_s) set(before_collective_, labels, *beat->before_collective_s);
+      }
+    }
+  }
+  for (const auto& [s, n] : states) workers_.Add({{"state", s}}).Set(n);
+}
+
+void AgentMetrics::refresh_stragglers(const std::map<int, StragglerEpisode>& stragglers) {
+  for (auto it = straggler_series_.begin(); it != straggler_series_.end();) {
+    if (stragglers.count(it->first)) {
+      ++it;
+    } else {
+      stragglers_.Remove(it->second);
+      it = straggler_series_.erase(it);
+    }
+  }
+  for (const auto& [rank, e] : stragglers) {
+    if (straggler_series_.count(rank)) continue;
+    auto& series = stragglers_.Add({{"rank", std::to_string(rank)}, {"host", e.host}});
+    series.Set(1);
+    straggler_series_[rank] = &series;
+    straggler_episodes_.Add({}).Increment();
+  }
+}
+
+void AgentMetrics::refresh_store(const rdzv::StoreServerStats& store) {
+  store_connections_.Add({}).Set(static_cast<double>(store.connections));
+  store_held_.Add({}).Set(static_cast<double>(store.buffered_bytes));
+  store_budget_.Add({}).Set(static_cast<double>(store.memory_budget));
+  for (size_t op = 0; op < rdzv::kOpCount; ++op) {
+    const uint64_t n = store.requests_by_op[op];
+    if (n <= store_requests_seen_[op]) continue;
+    store_requests_.Add({{"op", lower(std::string(rdzv::op_name(static_cast<rdzv::Op>(op))))}})
+        .Increment(static_cast<double>(n - store_requests_seen_[op]));
+    store_requests_seen_[op] = n;
+  }
+  auto& dropped = store_dropped_.Add({});
+  if (store.dropped > store_dropped_seen_)
+    dropped.Increment(static_cast<double>(store.dropped - store_dropped_seen_));
+  store_dropped_seen_ = store.dropped;
+  auto& refused = store_refused_.Add({});
+  if (store.unauthorized > store_refused_seen_)
+    refused.Increment(static_cast<double>(store.unauthorized - store_refused_seen_));
+  store_refused_seen_ = store.unauthorized;
+}
+
+std::string AgentMetrics::text() {
+  std::lock_guard lock(mu_);
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace ddprun::agent
