@@ -29,7 +29,11 @@ uint16_t RendezvousBase::host_store(const StoreServerOptions& options) {
 
 void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeouts& t) {
   endpoint_ = format_endpoint(host, port);
-  port_ = port;
+  {
+    std::lock_guard lock(access_mu_);
+    access_host_ = host;
+    port_ = port;
+  }
   StoreClientOptions co;
   co.connect_timeout = t.connect;
   co.timeout = t.request;
@@ -54,6 +58,10 @@ void RendezvousBase::connect(const std::string& host, uint16_t port, const Timeo
 void RendezvousBase::attach(std::unique_ptr<Store> store, std::unique_ptr<Store> watcher,
                             std::string endpoint, const Timeouts& t) {
   endpoint_ = std::move(endpoint);
+  {
+    std::lock_guard lock(access_mu_);
+    access_host_.clear();  // not a ddprun store: nothing for observers
+  }
   store_ = std::move(store);
   watcher_ = std::move(watcher);
   silence_ = StoreSilence("rendezvous '" + run_id() + "': ", endpoint_, t.stall_tolerance);
@@ -151,17 +159,11 @@ std::optional<StoreServerStats> RendezvousBase::hosted_store_stats() {
   return server_->stats();
 }
 
-void RendezvousBase::do_publish_status(const std::string& doc) {
-  keys_.publish_status(*store_, identity(), doc, status_registered_);
-}
-
-std::vector<std::string> RendezvousBase::do_status_documents(bool reread_index) {
-  if (reread_index || status_identities_.empty()) status_identities_ = keys_.status_identities(*store_);
-  return keys_.status_documents(*store_, status_identities_);
-}
-
-void RendezvousBase::do_publish_stragglers(const std::string& doc) {
-  keys_.publish_stragglers(*store_, doc);
+std::optional<StoreAccess> RendezvousBase::observer_store() const {
+  std::lock_guard lock(access_mu_);
+  if (access_host_.empty()) return std::nullopt;  // no ddprun store (attach), or not connected yet
+  return StoreAccess{
+      .host = access_host_, .port = port_, .auth = auth_, .run_id = run_id(), .identity = identity()};
 }
 
 std::string RendezvousBase::identity() const {

@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -43,6 +44,7 @@ class RendezvousBase : public RendezvousHandler {
   uint16_t store_port() const { return port_; }
   bool hosts_store() const { return server_ != nullptr; }
   std::optional<StoreServerStats> hosted_store_stats() override;
+  std::optional<StoreAccess> observer_store() const override;
 
  protected:
   struct Timeouts {
@@ -102,10 +104,8 @@ class RendezvousBase : public RendezvousHandler {
   void do_set_closed() override;
   bool do_is_closed() override;
   void do_shutdown() override;
-  void do_publish_status(const std::string& doc) override;
-  std::vector<std::string> do_status_documents(bool reread_index) override;
-  void do_publish_stragglers(const std::string& doc) override;
   // The agent's identity in status keys ("<host>:<pid>" unless the backend names its agents otherwise).
+  // Thread-safe (immutable).
   virtual std::string identity() const;
   RendezvousStoreError store_failure(const StoreError& e) const override;
 
@@ -119,11 +119,11 @@ class RendezvousBase : public RendezvousHandler {
   int nodes_ = 0;                              // nodes in round_
 
  private:
-  std::string endpoint_;  // set by connect()
-  uint16_t port_ = 0;
-  bool status_registered_ = false;
-  std::vector<std::string> status_identities_;  // the status index at its last read
-  StoreSilence silence_{"", "", {}};            // watcher thread only; set by connect()
+  std::string endpoint_;              // set by connect()
+  mutable std::mutex access_mu_;      // observer_store() runs on other threads
+  std::string access_host_;           // guarded by access_mu_: the store's host as connect() reached it
+  uint16_t port_ = 0;                 // written under access_mu_
+  StoreSilence silence_{"", "", {}};  // watcher thread only; set by connect()
 };
 
 }  // namespace ddprun::rdzv

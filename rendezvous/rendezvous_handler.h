@@ -20,6 +20,7 @@
 
 #include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store/store.h"
+#include "rendezvous/store/store_auth.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_stats.h"
 
@@ -59,6 +60,15 @@ inline RankLayout rank_layout(const std::vector<int>& local_world_sizes) {
   }
   return layout;
 }
+
+// How to reach a job's store (RendezvousHandler::observer_store).
+struct StoreAccess {
+  std::string host;
+  uint16_t port = 0;
+  std::shared_ptr<const StoreAuth> auth;  // the job's credentials; null: an open store
+  std::string run_id;
+  std::string identity;  // this agent's name in the status keys
+};
 
 // Why a round ended, as published by stop_round (first caller wins).
 struct RoundStop {
@@ -139,24 +149,15 @@ class RendezvousHandler {
   void stand_aside(const std::string& reason) {
     guard([&] { do_stand_aside(reason); });
   }
-  // Publishes this agent's status document (agent/observe/status_report.h) where `ddprun status` reads it; a
-  // store request or two. Backends without a ddprun store ignore it. RendezvousStoreError.
-  void publish_status(const std::string& doc) {
-    guard([&] { do_publish_status(doc); });
-  }
   // The statistics of the store this agent hosts (for its metrics); nullopt when it hosts none. Never throws.
   virtual std::optional<StoreServerStats> hosted_store_stats() { return std::nullopt; }
-  // The status documents of the job's agents, as `ddprun status` reads them (RoundKeys::status_identities,
-  // status_documents): with `reread_index` (or the first time) the index is read again, else the identities
-  // of the last read are reused and it costs one request. Empty where the backend keeps no status.
-  // RendezvousStoreError.
-  std::vector<std::string> status_documents(bool reread_index) {
-    return guard([&] { return do_status_documents(reread_index); });
-  }
-  // Publishes the job-wide straggler report (RoundKeys::publish_stragglers). RendezvousStoreError.
-  void publish_stragglers(const std::string& doc) {
-    guard([&] { do_publish_stragglers(doc); });
-  }
+  // Where what the job shows is kept (agent/observe/: status documents, the straggler report): the job's
+  // store as this node reaches it now — after a failover, the standby — with the job's credentials, and this
+  // agent's identity in the status keys (RoundKeys::publish_status). nullopt where the job has no ddprun
+  // store (etcd backends). The caller opens a connection of its own, on its own thread, so that its requests
+  // never wait behind the rendezvous' or hold up the agent loop; the handler does no observability I/O.
+  // Thread-safe; never blocks; never throws but std::bad_alloc.
+  virtual std::optional<StoreAccess> observer_store() const { return std::nullopt; }
 
  protected:
   virtual RendezvousInfo do_next_rendezvous(int local_world_size) = 0;
@@ -169,9 +170,6 @@ class RendezvousHandler {
   virtual void do_note_local_failure() {}
   virtual std::vector<int> do_lost_nodes() { return {}; }
   virtual void do_stand_aside(const std::string& /*reason*/) {}
-  virtual void do_publish_status(const std::string& /*doc*/) {}
-  virtual std::vector<std::string> do_status_documents(bool /*reread_index*/) { return {}; }
-  virtual void do_publish_stragglers(const std::string& /*doc*/) {}
   // The error reported for a StoreError that reached the boundary: "rendezvous '<run_id>': <what>".
   // Implementations that know their store's endpoint make sure the message names it.
   virtual RendezvousStoreError store_failure(const StoreError& e) const {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
+#include <unordered_set>
 
 #include "rendezvous/store/key_value_state.h"
 #include "rendezvous/util/text_util.h"
@@ -111,8 +112,10 @@ std::vector<std::string> RoundKeys::status_identities(Store& store) const {
   std::vector<std::string> index_keys;
   for (int64_t i = 0; i < n; ++i) index_keys.push_back(key("status/" + std::to_string(i)));
   std::vector<std::string> identities = store.multi_get(index_keys);
-  // An agent registers with an ADD, then names itself with a SET: between the two its slot reads empty.
-  std::erase_if(identities, [](const std::string& id) { return id.empty(); });
+  // An agent registers with an ADD, then names itself with a SET: between the two its slot reads empty. An
+  // agent registers again on a standby store that took over the keys of the lost one: once is enough.
+  std::unordered_set<std::string> seen;
+  std::erase_if(identities, [&](const std::string& id) { return id.empty() || !seen.insert(id).second; });
   return identities;
 }
 

@@ -172,7 +172,7 @@ void AgentLoop::print_summary(const WorkerGroup& group) {
 
 // This node caused the failure: the c10d backend's cooldown counts it.
 void AgentLoop::note_local_failure() {
-  status_.count_caused_restart();
+  observer_.count_caused_restart();
   try {
     rdzv_->note_local_failure();
   } catch (const rdzv::RendezvousError& e) {

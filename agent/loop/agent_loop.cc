@@ -35,6 +35,9 @@ struct StepFailed {
 // This node waited as a hot spare and the job finished without needing it: the agent exits 0.
 struct SpareUnused {};
 
+// At the agent's end, how long its last status document may take to reach the store.
+constexpr std::chrono::milliseconds kFinalStatusWait{2000};
+
 }  // namespace
 
 AgentLoop::AgentLoop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> rendezvous)
@@ -42,8 +45,7 @@ AgentLoop::AgentLoop(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler
       rdzv_(std::move(rendezvous)),
       job_{.host = local_hostname()},
       job_events_(config_, rdzv_->run_id(), job_),
-      status_(config_, *rdzv_, job_),
-      stragglers_(config_.straggler_factor, *rdzv_),
+      observer_(config_, *rdzv_, job_, lifecycle_),
       watcher_(*rdzv_, events_) {}
 
 int AgentLoop::run() {
@@ -58,12 +60,14 @@ int AgentLoop::run() {
       return finish(group, end);
     }
   } catch (const StepFailed& failed) {
-    status_.set_group(nullptr);
-    status_.set_state("failed", failed.error);
+    observer_.set_group(nullptr);
+    observer_.set_state("failed", failed.error);
+    observer_.flush(kFinalStatusWait);
     record_agent_exit(failed.exit_code, failed.error);
     return job_events_.agent_failed(failed.exit_code, failed.error);
   } catch (const SpareUnused&) {
-    status_.set_state("done", "the job finished while this node waited as a hot spare");
+    observer_.set_state("done", "the job finished while this node waited as a hot spare");
+    observer_.flush(kFinalStatusWait);
     record_agent_exit(kExitSuccess, "a hot spare the job did not need");
     try {
       rdzv_->shutdown();
@@ -109,6 +113,7 @@ void AgentLoop::prepare() {
   foreground_terminal_ = stdin_is_foreground_terminal();
   if (config_.metrics_port != 0) {
     metrics_.emplace();
+    observer_.attach_metrics(&*metrics_);
     try {
       metrics_server_ = std::make_unique<MetricsServer>(
           config_.metrics_addr, config_.metrics_port, [this] { return metrics_->text(); },
@@ -141,7 +146,7 @@ void AgentLoop::await_healthy() {
     const HealthReport report = check_health(config_, nvml_.get());
     if (report.healthy()) {
       if (failed > 0) {
-        status_.set_state("forming");
+        observer_.set_state("forming");
         spdlog::info(
             "this node is healthy again (checked in {}): it joins the job, as a spare if the job is full",
             duration_text(report.elapsed));
@@ -161,7 +166,7 @@ void AgentLoop::await_healthy() {
         "--nnodes "
         "MIN:MAX allows) and checks again in {} ({} of {} checks failed)",
         why, duration_text(h.retry_interval), failed, h.attempts);
-    status_.set_state("unhealthy", why);
+    observer_.set_state("unhealthy", why);
     lifecycle_.record("node_unhealthy", {{"reason", why}, {"attempt", failed}, {"attempts", h.attempts}});
     try {
       rdzv_->stand_aside(why);
@@ -172,18 +177,13 @@ void AgentLoop::await_healthy() {
   }
 }
 
-void AgentLoop::refresh_metrics(const WorkerGroup* group) {
-  if (metrics_)
-    metrics_->refresh(job_.restarts_done, group, rdzv_->hosted_store_stats(), stragglers_.flagged());
-}
-
 // Runs while the round's watcher heartbeats for this node (a wait of up to --gpu_memory_wait must not get it
 // declared lost); an event (the round stopped, a signal) ends it at once and is handled by monitor().
 void AgentLoop::await_gpu_memory() {
   if (!nvml_ || gpu_baseline_.empty() || config_.health.gpu_memory_wait.count() == 0) return;
-  const GpuMemoryWait w =
-      wait_for_gpu_memory(*nvml_, gpu_baseline_, config_.health.gpu_memory_wait,
-                          [this](std::chrono::milliseconds d) { return events_.wait_pending(Clock::now() + d); });
+  const GpuMemoryWait w = wait_for_gpu_memory(
+      *nvml_, gpu_baseline_, config_.health.gpu_memory_wait,
+      [this](std::chrono::milliseconds d) { return events_.wait_pending(Clock::now() + d); });
   if (w.interrupted) {
     spdlog::info("stopped waiting for the previous workers' GPU memory after {}: {}", duration_text(w.waited),
                  "an event arrived (the round stopped, or a signal)");
@@ -210,9 +210,8 @@ rdzv::RendezvousInfo AgentLoop::rendezvous() {
   }
   processes_->exit_on_signals(true);
   ready_ = false;
-  refresh_metrics(nullptr);
-  status_.set_group(nullptr);
-  status_.set_state("forming");
+  observer_.set_group(nullptr);
+  observer_.set_state("forming");
   await_healthy();
   try {
     round = rdzv_->next_rendezvous(nproc);
@@ -275,14 +274,14 @@ void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
   watcher_.start(group.round.round);  // first: it heartbeats for this node while the GPUs are waited for
   if (generations_++ > 0) await_gpu_memory();
-  status_.set_group(&group);
-  status_.set_state("running");
+  observer_.set_group(&group);
+  observer_.set_state("running");
   if (std::string error = processes_->spawn(group); !error.empty()) {
     dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kSpawnFailed, .error = error});
   } else {
     ready_ = true;
   }
-  refresh_metrics(&group);
+  observer_.set_group(&group);
 }
 
 // Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's
@@ -298,7 +297,7 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
     }
     const auto sample = progress.next(group);
     auto deadline = barrier;
-    for (const auto& due : {sample, status_.next()}) {
+    for (const auto& due : {sample, observer_.next()}) {
       if (due && (!deadline || *due < *deadline)) deadline = due;
     }
     Event e;
@@ -312,11 +311,7 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
           "hang", {{"seconds", std::chrono::duration<double>(config_.supervision.hang_timeout).count()}});
       dispatch(group, GroupEvent{.kind = GroupEvent::Kind::kHung});
     }
-    if (auto due = status_.next(); due && Clock::now() >= *due) {
-      status_.refresh();
-      record_stragglers(stragglers_.sample(group.round));
-      refresh_metrics(&group);
-    }
+    if (auto due = observer_.next(); due && Clock::now() >= *due) observer_.tick();
   }
   watcher_.stop();
   ready_ = false;
@@ -330,10 +325,8 @@ AgentLoop::RoundEnd AgentLoop::monitor(WorkerGroup& group) {
                                   {"restarts_max", config_.supervision.max_restarts},
                                   {"reason", detail}});
   }
-  if (metrics_) {
-    metrics_->round_ended(reason);
-    refresh_metrics(&group);
-  }
+  if (metrics_) metrics_->round_ended(reason);
+  observer_.set_group(&group);  // the metrics of the group as it ended
   return *round_end_;
 }
 
@@ -361,22 +354,14 @@ void AgentLoop::record_agent_exit(int exit_code, const std::string& detail) {
                                    {"detail", detail}});
 }
 
-void AgentLoop::record_stragglers(const std::vector<StragglerEpisode>& changes) {
-  for (const StragglerEpisode& c : changes) {
-    json fields = {
-        {"rank", c.rank}, {"rank_host", c.host}, {"before_collective_s", c.seconds}, {"median_s", c.median}};
-    if (c.flagged) fields["factor"] = config_.straggler_factor;
-    lifecycle_.record(c.flagged ? "straggler" : "straggler_end", fields);
-  }
-}
-
 // The job's end on this node: its events, the rendezvous closed (unless a signal ended it: late agents may
 // still join) and left, a temporary run directory removed on success.
 int AgentLoop::finish(const WorkerGroup& group, const RoundEnd& end) {
   job_events_.job_end(group, end.outcome == Outcome::kSucceeded);
   record_agent_exit(end.exit_code, group.stop ? group.stop->detail : "");
-  status_.set_state(end.exit_code == kExitSuccess ? "done" : "failed",
-                    end.exit_code == kExitSuccess ? "" : "exit code " + std::to_string(end.exit_code));
+  observer_.set_state(end.exit_code == kExitSuccess ? "done" : "failed",
+                      end.exit_code == kExitSuccess ? "" : "exit code " + std::to_string(end.exit_code));
+  observer_.flush(kFinalStatusWait);
   try {
     if (end.close_rendezvous) rdzv_->set_closed();
     rdzv_->shutdown();

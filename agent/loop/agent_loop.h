@@ -9,8 +9,9 @@
 //
 // The loop owns, besides the rendezvous handler: the run directory (agent/loop/run_directory.h), the workers'
 // processes on the io thread (agent/loop/worker_processes.h), the store watcher thread
-// (agent/loop/round_watcher.h), torch's events (agent/observe/job_events.h), its status for `ddprun status`
-// (agent/observe/status_report.h) and the job-wide straggler report (agent/observe/straggler_watch.h).
+// (agent/loop/round_watcher.h), torch's events (agent/observe/job_events.h), the event log
+// (agent/observe/lifecycle_log.h) and what the job shows of it: status, stragglers, metrics
+// (agent/observe/observer.h).
 //
 // Threads: run() on the caller's thread; the io thread and the watcher report through the EventQueue only.
 // Internal to the agent.
@@ -27,15 +28,14 @@
 #include "agent/agent_config.h"
 #include "agent/health/nvml.h"
 #include "agent/loop/event_queue.h"
-#include "agent/observe/job_events.h"
-#include "agent/observe/lifecycle_log.h"
 #include "agent/loop/round_watcher.h"
 #include "agent/loop/run_directory.h"
-#include "agent/observe/status_report.h"
-#include "agent/observe/straggler_watch.h"
 #include "agent/loop/worker_processes.h"
 #include "agent/observe/agent_metrics.h"
+#include "agent/observe/job_events.h"
+#include "agent/observe/lifecycle_log.h"
 #include "agent/observe/metrics_server.h"
+#include "agent/observe/observer.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -65,15 +65,12 @@ class AgentLoop {
   void await_healthy();
   // Before a generation that follows another: the old one's GPU memory released (agent/health/gpu_memory.h).
   void await_gpu_memory();
-  // --metrics_port: the gauges of agent/observe/agent_metrics.h, with the status refresh.
-  void refresh_metrics(const WorkerGroup* group);
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);
   int finish(const WorkerGroup& group, const RoundEnd& end);
   // The event log's events of a round's end (lifecycle_log.h) and its reason for the metrics.
   std::string round_end_reason(const WorkerGroup& group) const;
-  void record_stragglers(const std::vector<StragglerEpisode>& changes);
   void record_exit(const WorkerGroup& group, const Event& e);
   void record_agent_exit(int exit_code, const std::string& detail);
 
@@ -96,9 +93,9 @@ class AgentLoop {
   JobState job_;  // changed by supervise() only
   EventQueue events_;
   JobEvents job_events_;
-  StatusReport status_;                  // what `ddprun status` shows of this agent
-  StragglerWatch stragglers_;            // the job-wide straggler report (on node rank 0)
   LifecycleLog lifecycle_;               // --event_log_handler file:PATH, from prepare() on
+  std::optional<AgentMetrics> metrics_;  // with --metrics_port
+  Observer observer_;                    // status, stragglers, the metrics' gauges
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)
   std::optional<RunDirectory> run_dir_;  // from prepare() on
@@ -106,7 +103,6 @@ class AgentLoop {
   std::unique_ptr<Nvml> nvml_;                    // from prepare() on, where libnvidia-ml loads
   std::map<std::string, uint64_t> gpu_baseline_;  // each GPU's used memory before the first workers
   int generations_ = 0;                           // worker generations started on this node
-  std::optional<AgentMetrics> metrics_;           // with --metrics_port
   std::unique_ptr<MetricsServer> metrics_server_;
   std::atomic<bool> ready_{false};  // /readyz: the workers of a formed round run
   RoundWatcher watcher_;            // declared last: stopped first, while the rest still exists

@@ -9,9 +9,6 @@
 #include <fstream>
 #include <map>
 
-#include "rendezvous/util/unix_time.h"
-#include "agent/watchdog/progress_monitor.h"
-
 namespace ddprun::agent {
 
 namespace {
@@ -145,6 +142,7 @@ void AgentMetrics::round_ended(const std::string& reason) {
 }
 
 void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
+                           const std::vector<RankSample>& samples,
                            const std::optional<rdzv::StoreServerStats>& store,
                            const std::map<int, StragglerEpisode>& stragglers) {
   std::lock_guard lock(mu_);
@@ -154,12 +152,12 @@ void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
   if (cpu > cpu_seen_) cpu_.Add({}).Increment(cpu - cpu_seen_);
   cpu_seen_ = std::max(cpu, cpu_seen_);
   rss_.Add({}).Set(own_rss_bytes());
-  refresh_ranks(group);
+  refresh_ranks(group, samples);
   refresh_stragglers(stragglers);
   if (store) refresh_store(*store);
 }
 
-void AgentMetrics::refresh_ranks(const WorkerGroup* group) {
+void AgentMetrics::refresh_ranks(const WorkerGroup* group, const std::vector<RankSample>& samples) {
   std::map<std::string, double> states{{"running", 0}, {"succeeded", 0}, {"failed", 0}, {"stopped", 0}};
   const int round = group ? group->round.round : -1;
   if (round != ranks_round_) {  // another round's ranks (or none): their series go
@@ -179,9 +177,10 @@ void AgentMetrics::refresh_ranks(const WorkerGroup* group) {
       states[worker_state_name(w.state)] += 1;
       const prometheus::Labels labels{{"rank", std::to_string(w.rank)},
                                       {"local_rank", std::to_string(w.local_rank)}};
-      if (auto beat = read_heartbeat(w.paths.progress_file)) {
-        set(progress_age_, labels,
-            std::max(0.0, unix_now() - static_cast<double>(modification_ns(w.paths.progress_file)) / 1e9));
+      const size_t i = static_cast<size_t>(&w - group->workers.data());
+      if (i >= samples.size()) continue;
+      if (const auto& beat = samples[i].beat) {
+        if (samples[i].age_s) set(progress_age_, labels, *samples[i].age_s);
         if (beat->step_s) set(step_time_, labels, *beat->step_s);
         if (beat->before_collective_s) set(before_collective_, labels, *beat->before_collective_s);
       }

@@ -22,8 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/process/worker_launch.h"
+#include "agent/observe/rank_sample.h"
 #include "agent/observe/straggler_tracker.h"
+#include "agent/process/worker_launch.h"
 #include "agent/worker_group.h"
 #include "rendezvous/store/store_stats.h"
 
@@ -37,16 +38,17 @@ class AgentMetrics {
   void worker_exited(const ExitStatus& status);
   // A round ended: "failure" (a counted restart follows), "membership", "signal", "done", "exit".
   void round_ended(const std::string& reason);
-  // Gauges: restarts counted so far, the group's workers (nullptr: none run), the store this agent hosts, the
-  // ranks this agent flags as stragglers (node rank 0 only; agent/observe/straggler_watch.h).
-  void refresh(int restarts_done, const WorkerGroup* group,
+  // Gauges: restarts counted so far, the group's workers (nullptr: none run) with this tick's samples of
+  // them (rank_sample.h, in the group's order), the store this agent hosts, the ranks this agent flags as
+  // stragglers (node rank 0 only; agent/observe/straggler_watch.h).
+  void refresh(int restarts_done, const WorkerGroup* group, const std::vector<RankSample>& samples,
                const std::optional<rdzv::StoreServerStats>& store,
                const std::map<int, StragglerEpisode>& stragglers);
   std::string text();
 
  private:
   // Parts of refresh(), under mu_.
-  void refresh_ranks(const WorkerGroup* group);
+  void refresh_ranks(const WorkerGroup* group, const std::vector<RankSample>& samples);
   void refresh_stragglers(const std::map<int, StragglerEpisode>& stragglers);
   void refresh_store(const rdzv::StoreServerStats& store);
 

@@ -3,40 +3,38 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+
 #include "agent/observe/status_document.h"
 #include "rendezvous/util/text_util.h"
 #include "rendezvous/util/unix_time.h"
 
 namespace ddprun::agent {
 
-std::vector<StragglerEpisode> StragglerWatch::sample(const rdzv::RendezvousInfo& round) {
-  if (factor_ <= 0) return {};
-  if (round.round != round_) {
-    round_ = round.round;
+bool StragglerWatch::due(int round, int node_rank, int nodes, std::chrono::steady_clock::time_point now) {
+  if (factor_ <= 0) return false;
+  if (round != round_) {
+    round_ = round;
     tracker_.reset();
     last_step_.clear();
     reread_index_ = true;
     flagged_.clear();  // the report of an earlier round: `ddprun status` ignores it
   }
-  if (round.group_rank != 0) return {};
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_) return {};
-  // Every other refresh (2 s apart, hence 3.9 s): with its own status, node 0 then makes one store request
-  // per second (its read is a WAIT and a MULTI_GET); or 20 ms per node in a job of more than 200 nodes.
+  if (node_rank != 0) return false;
+  if (now < next_) return false;
+  // Every other status refresh (2 s apart, hence 3.9 s): with its own status, node 0 then makes about one
+  // store request per second (its read is a WAIT and a MULTI_GET); or 20 ms per node beyond 200 nodes.
   next_ = now + std::max<std::chrono::milliseconds>(std::chrono::milliseconds(3900),
-                                                    std::chrono::milliseconds(20) * round.group_world_size);
-  std::vector<std::string> docs;
-  try {
-    docs = rdzv_.status_documents(reread_index_);
-  } catch (const rdzv::RendezvousError& e) {
-    spdlog::debug("straggler report: cannot read the agents' status: {}", e.what());
-    return {};
-  }
+                                                    std::chrono::milliseconds(20) * nodes);
+  return true;
+}
+
+std::vector<StragglerEpisode> StragglerWatch::observe(const std::vector<std::string>& documents, int nodes,
+                                                      std::optional<std::string>& report) {
   std::map<int, double> seconds;
   std::map<int, std::string> hosts;
   int members = 0;
   std::vector<std::string> problems;
-  for (const std::string& text : docs) {
+  for (const std::string& text : documents) {
     const auto d = read_status_document(text, problems);
     if (!d || d->round != round_) continue;
     ++members;
@@ -50,7 +48,7 @@ std::vector<StragglerEpisode> StragglerWatch::sample(const rdzv::RendezvousInfo&
     }
   }
   note_problems(problems);
-  reread_index_ = members < round.group_world_size;  // someone's document is missing: read the index again
+  reread_index_ = members < nodes;  // someone's document is missing: read the index again
 
   std::vector<StragglerEpisode> changes;
   for (const StragglerChange& c : tracker_.observe(seconds)) {
@@ -77,21 +75,20 @@ std::vector<StragglerEpisode> StragglerWatch::sample(const rdzv::RendezvousInfo&
     }
     changes.push_back(e);
   }
-  if (!changes.empty()) publish();
+  if (!changes.empty()) report = report_text();
   return changes;
 }
 
-void StragglerWatch::publish() {
+std::string StragglerWatch::report_text() const {
   StragglerReport report{.round = round_, .factor = factor_, .time = unix_now()};
   for (const auto& [rank, e] : flagged_) {
-    report.ranks.push_back(StragglerEntry{
-        .rank = rank, .host = e.host, .before_collective_s = e.seconds, .median_s = e.median, .since = e.since});
+    report.ranks.push_back(StragglerEntry{.rank = rank,
+                                          .host = e.host,
+                                          .before_collective_s = e.seconds,
+                                          .median_s = e.median,
+                                          .since = e.since});
   }
-  try {
-    rdzv_.publish_stragglers(straggler_report_text(report));
-  } catch (const rdzv::RendezvousError& e) {
-    spdlog::debug("cannot publish the straggler report: {}", e.what());
-  }
+  return straggler_report_text(report);
 }
 
 // Once per distinct set of problems: a stranger's document read every few seconds must not flood the log.
@@ -99,8 +96,9 @@ void StragglerWatch::note_problems(const std::vector<std::string>& problems) {
   std::string text = join(problems, "; ");
   if (text.empty() || text == last_problems_) return;
   last_problems_ = std::move(text);
-  spdlog::warn("straggler report: parts of the agents' status documents could not be read and were skipped: {}",
-               last_problems_);
+  spdlog::warn(
+      "straggler report: parts of the agents' status documents could not be read and were skipped: {}",
+      last_problems_);
 }
 
 }  // namespace ddprun::agent

@@ -1,7 +1,7 @@
 // `ddprun status`: a running job as its agents describe it. Every agent publishes a status document in the
-// job's store (agent/observe/status_report.h); read_job_status reads them all — a fixed number of store requests
-// plus one MULTI_GET of the c10d agents' connection-bound live/ keys — and derives the job's state, each node's
-// and each rank's. Read-only: it writes nothing to the store.
+// job's store (agent/observe/status_report.h); read_job_status reads them all — a fixed number of store
+// requests plus one CHECK of the c10d agents' connection-bound live/ keys (more only where some are gone) —
+// and derives the job's state, each node's and each rank's. Read-only: it writes nothing to the store.
 //
 // The result is the JSON that `ddprun status --json` prints (schema version 1, docs/observability.md):
 //   {"v": 1, "run_id", "endpoint", "state" (forming | running | restarting | done | failed), "round",
@@ -14,8 +14,8 @@
 // A node's state is its agent's (forming, unhealthy, running, stopping, done, failed), or: lost (c10d: its
 // agent's connection to the store is gone before it finished), spare (it waits while the job runs a round
 // without it). `straggler`: true when the agent of node rank 0 flagged the rank in this round's straggler
-// report (agent/observe/straggler_watch.h), false when not, null when the rank reports no time before its first
-// collective (it cannot be compared).
+// report (agent/observe/straggler_watch.h), false when not, null when the rank reports no time before its
+// first collective (it cannot be compared).
 //
 // The documents are read tolerantly (agent/observe/status_document.h): anyone who reaches an open store can
 // write them, so what cannot be read is skipped, listed under "skipped", and the rest is shown.

@@ -119,18 +119,6 @@ void DynamicRendezvous::do_stand_aside(const std::string& reason) {
   unhealthy_ = true;
 }
 
-void DynamicRendezvous::do_publish_status(const std::string& doc) {
-  if (!external()) RendezvousBase::do_publish_status(doc);
-}
-
-std::vector<std::string> DynamicRendezvous::do_status_documents(bool reread_index) {
-  return external() ? std::vector<std::string>{} : RendezvousBase::do_status_documents(reread_index);
-}
-
-void DynamicRendezvous::do_publish_stragglers(const std::string& doc) {
-  if (!external()) RendezvousBase::do_publish_stragglers(doc);
-}
-
 void DynamicRendezvous::do_note_local_failure() {
   store_->add(key("failures/" + options_.identity), 1);
 }

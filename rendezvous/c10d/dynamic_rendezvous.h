@@ -45,7 +45,8 @@
 // reports RendezvousStoreError. A stall stops every node's heartbeats alike, so once the store answers again
 // each node times its neighbour afresh: a stall is never taken for a node loss.
 //
-// Store failover (rendezvous/c10d/store_failover.h; this class's part of it is in dynamic_failover.cc; on unless
+// Store failover (rendezvous/c10d/store_failover.h; this class's part of it is in dynamic_failover.cc; on
+// unless
 // --rdzv_conf failover=0, or MIN = MAX = 1): a lost store ends the round like a lost node (the watcher's or
 // stop_round's result is a local kMembership stop), and the next next_rendezvous first moves to the round's
 // first live successor, then forms the next round there; it closes as soon as every node expected to survive
@@ -68,9 +69,9 @@
 #include <vector>
 
 #include "rendezvous/c10d/loss_reporter.h"
+#include "rendezvous/c10d/store_failover.h"
 #include "rendezvous/rendezvous_base.h"
 #include "rendezvous/store/store_auth.h"
-#include "rendezvous/c10d/store_failover.h"
 
 namespace ddprun::rdzv {
 
@@ -135,10 +136,6 @@ class DynamicRendezvous final : public RendezvousBase {
   std::vector<int> do_lost_nodes() override;
   // Steps aside (step_aside) and records the reason under unhealthy/<identity> until the next join.
   void do_stand_aside(const std::string& reason) override;
-  // Not into an external store (etcd): `ddprun status` reads ddprun's store only.
-  void do_publish_status(const std::string& doc) override;
-  std::vector<std::string> do_status_documents(bool reread_index) override;
-  void do_publish_stragglers(const std::string& doc) override;
   std::string identity() const override { return options_.identity; }
   // Sends the heartbeat when it is due, then waits for the round's stop until the next one is.
   std::optional<RoundStop> watch_step(Clock::time_point deadline) override;

@@ -48,7 +48,7 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   store.requests_by_op[static_cast<size_t>(ddprun::rdzv::Op::kMultiGet)] = 3;
   std::map<int, ddprun::agent::StragglerEpisode> stragglers{
       {5, {.rank = 5, .host = "node-b", .flagged = true}}};
-  metrics.refresh(1, nullptr, store, stragglers);
+  metrics.refresh(1, nullptr, {}, store, stragglers);
   auto [status, type, body] = request(server.port(), http::verb::get, "/metrics");
   CHECK(status == 200);
   CHECK(type == "text/plain; version=0.0.4; charset=utf-8");
@@ -66,7 +66,7 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
   CHECK_THAT(body, Catch::Contains("ddprun_straggler_episodes_total 1\n"));
   // Counters only grow: a second refresh with the same totals adds nothing; an episode that ended goes.
   store.connections = 2;
-  metrics.refresh(1, nullptr, store, {});
+  metrics.refresh(1, nullptr, {}, store, {});
   body = std::get<2>(request(server.port(), http::verb::get, "/metrics"));
   CHECK_THAT(body, Catch::Contains("ddprun_store_requests_total{op=\"set\"} 7\n") &&
                        Catch::Contains("ddprun_restarts_total 1\n") &&

@@ -1,6 +1,6 @@
-// read_job_status (launcher/status/job_status.h) against a real ddprun store on 127.0.0.1: agents' status documents
-// as agent/observe/status_report.h publishes them, their connection-bound live/ keys, the round's stop and the
-// closed key, and what `ddprun status` derives from them.
+// read_job_status (launcher/status/job_status.h) against a real ddprun store on 127.0.0.1: agents' status
+// documents as agent/observe/status_report.h publishes them, their connection-bound live/ keys, the round's
+// stop and the closed key, and what `ddprun status` derives from them.
 #include <memory>
 
 #include "catch_compat.h"
@@ -139,4 +139,33 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
   CHECK(s["nodes"][1]["state"] == "done");
   keys.publish_status(b.c, b.id, doc("failed", 1, 1, 1, 0).dump(), b.registered);
   CHECK(launcher::read_job_status(reader, kRun, "h0:29400")["state"] == "failed");
+}
+
+TEST_CASE("job status: a stranger's document is skipped where unreadable, the job shown",
+          "[launcher][status]") {
+  rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+  Agent a(server.port(), "h0:4000", doc("running", 1, 0, 0, 0));
+  Agent b(server.port(), "h1:4001", doc("running", 1, 1, 0, 0));
+  // Anyone who reaches an open store: the current round, one plausible rank entry, a number as host.
+  const json strangers = {{"v", 1},
+                          {"host", 42},
+                          {"state", "running"},
+                          {"round", 1},
+                          {"ranks", {{{"rank", 9}, {"step", 7}, {"pid", "x"}}, "junk"}}};
+  Agent stranger(server.port(), "x:1", strangers);
+  rdzv::StoreClient reader("127.0.0.1", server.port());
+  rdzv::RoundKeys(kRun).publish_stragglers(reader, R"({"round": "one", "ranks": 7})");
+
+  json s;
+  REQUIRE_NOTHROW(s = launcher::read_job_status(reader, kRun, "h0:29400"));
+  CHECK(s["state"] == "running");
+  CHECK(s["nodes"].size() == 3);
+  CHECK(s["ranks"].size() == 5);  // the job's 4 and the stranger's plausible one
+  const std::string skipped = s["skipped"].dump();
+  CHECK_THAT(skipped, Catch::Contains("agent x:1: document: \\\"host\\\" is not a string") &&
+                          Catch::Contains("ranks[1] is not an object") &&
+                          Catch::Contains("straggler report: \\\"round\\\" is not an integer"));
+  const std::string table = launcher::status_table(s);
+  CHECK_THAT(table, Catch::Contains("3 node(s), 5 rank(s)"));
+  CHECK_THAT(table, Catch::Contains("skipped, unreadable in the agents' documents"));
 }
