@@ -81,11 +81,14 @@ class StragglersOnHosts(HostsTestCase):
         self.assertIn("rank 3 on ", lines[0])
         self.assertIn("the job's median of 0.0", lines[0])
         self.assertNotIn("straggler:", self.agents[2 - judge].log())  # only node rank 0 compares
-        events = self.events(judge, "straggler")
+        # The episode reaches the event log and the metrics at the agent loop's next tick (the report is made
+        # on the observer's thread): at most a status interval after `ddprun status` shows it.
+        events = wait_until(lambda: self.events(judge, "straggler"), 10, "the straggler event", self.describe_all)
         self.assertEqual([(e["rank"], e["factor"]) for e in events], [(3, 1.5)], events)
         self.assertEqual(events[0]["rank_host"], slow["host"])
-        metrics = self.metrics(judge)
-        self.assertIn(f'ddprun_straggler{{host="{slow["host"]}",rank="3"}} 1', metrics)
+        flagged = f'ddprun_straggler{{host="{slow["host"]}",rank="3"}} 1'
+        metrics = wait_until(lambda: (lambda m: m if flagged in m else None)(self.metrics(judge)), 10,
+                             "the straggler metric", self.describe_all)
         self.assertIn("ddprun_straggler_episodes_total 1", metrics)
         self.assertIn('ddprun_rank_before_collective_seconds{local_rank="1",rank="3"}',
                       self.metrics(1) + self.metrics(2))
