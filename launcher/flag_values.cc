@@ -46,12 +46,6 @@ void fail(const Given& g, const std::string& expected) {
   fail_because(g, "expected " + expected);
 }
 
-std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
-                   const std::string& fallback) {
-  auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? fallback : it->second;
-}
-
 std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
@@ -76,7 +70,7 @@ int int_at_least(const Given& g, long long min) {
 
 double seconds(const Given& g) {
   auto v = to_double(g.text);
-  if (!v || *v < 0) fail(g, "a number of seconds >= 0");
+  if (!v || *v < 0 || *v > kMaxSeconds) fail(g, "a number of seconds from 0 to 1000000000 (about 31 years)");
   return *v;
 }
 

@@ -18,11 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string env_or(const Env& env, const std::string& name, const std::string& fallback) {
-  auto it = env.find(name);
-  return it == env.end() ? fallback : it->second;
-}
-
 void check_log_dir(const AgentConfig& config, std::vector<std::string>& problems) {
   if (config.log_dir.empty()) return;
   const std::string dir = config.log_dir.string();
@@ -37,10 +32,10 @@ void check_log_dir(const AgentConfig& config, std::vector<std::string>& problems
 void check_shm(const AgentConfig& config, std::vector<std::string>& problems) {
   const int n = static_cast<int>(config.workers.size());
   if (n < 2 || env_or(config.base_env, "DDPRUN_CPU_TRANSPORT", "") == "tcp") return;  // no segment then
-  size_t slot = kDefaultShmSlotBytes;
-  if (auto v = parse_uint(env_or(config.base_env, "DDPRUN_SHM_SLOT_BYTES", "")))
-    slot = static_cast<size_t>(*v);
-  const uint64_t need = ShmLayout(n, slot).total_bytes;
+  // The SDK's value (shm_layout.h); one it would refuse is its error at init, not this node's health.
+  const auto slot = shm_slot_bytes(env_or(config.base_env, "DDPRUN_SHM_SLOT_BYTES"));
+  if (!slot) return;
+  const uint64_t need = ShmLayout(n, *slot).total_bytes;
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) != 0) return;  // no /dev/shm: the SDK's TCP path runs instead
   if (auto p = room_problem("/dev/shm (the worker SDK's segment of " + std::to_string(n) + " local ranks)",
