@@ -131,9 +131,8 @@ void AgentLoop::prepare() {
       spdlog::debug("no NVML ({}): GPUs are neither checked nor waited for", why);
       return;
     }
-    bool listed = false;
-    const auto gpus = node_gpus(config_.base_env, static_cast<int>(config_.workers.size()), listed);
-    gpu_baseline_ = gpu_memory_used(*nvml_, gpus);
+    gpu_baseline_ =
+        gpu_memory_used(*nvml_, node_gpus(config_.base_env, static_cast<int>(config_.workers.size())).ids);
     spdlog::info("NVML sees {} GPUs; this node's local ranks use {} of them", nvml_->device_count(),
                  gpu_baseline_.size());
   }

@@ -89,13 +89,13 @@ TEST_CASE("nvml: GPUs by index and UUID, healthy or not", "[agent][health]") {
 }
 
 TEST_CASE("health: the GPUs a node's local ranks use", "[agent][health]") {
-  bool listed = true;
-  CHECK(node_gpus({}, 3, listed) == std::vector<std::string>{"0", "1", "2"});
-  CHECK_FALSE(listed);
-  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", "3, GPU-x,5"}}, 2, listed) ==
-        std::vector<std::string>{"3", "GPU-x"});
-  CHECK(listed);
-  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 2, listed).empty());
+  const NodeGpus indices = node_gpus({}, 3);
+  CHECK(indices.ids == std::vector<std::string>{"0", "1", "2"});
+  CHECK_FALSE(indices.listed);
+  const NodeGpus named = node_gpus({{"CUDA_VISIBLE_DEVICES", "3, GPU-x,5"}}, 2);
+  CHECK(named.ids == std::vector<std::string>{"3", "GPU-x"});
+  CHECK(named.listed);
+  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 2).ids.empty());
 }
 
 TEST_CASE("health: a broken GPU makes the node unhealthy; GPUs beyond the machine's are not asked for",

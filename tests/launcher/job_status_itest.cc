@@ -168,4 +168,15 @@ TEST_CASE("job status: a stranger's document is skipped where unreadable, the jo
   const std::string table = launcher::status_table(s);
   CHECK_THAT(table, Catch::Contains("3 node(s), 5 rank(s)"));
   CHECK_THAT(table, Catch::Contains("skipped, unreadable in the agents' documents"));
+
+  // A document claiming a later round does not make the job's nodes spares where the store names the round
+  // (the c10d closer's key).
+  Agent liar(server.port(), "liar:2", {{"v", 1}, {"host", "x"}, {"state", "running"}, {"round", 999999}});
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["round"] == 999999);  // no round key (a static job's store): the newest a document names
+  reader.set(rdzv::RoundKeys(kRun).key("round"), "1");
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["round"] == 1);
+  CHECK(s["state"] == "running");
+  CHECK(s["ranks"].size() == 5);
 }
