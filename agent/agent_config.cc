@@ -1,5 +1,6 @@
 #include "agent/agent_config.h"
 
+#include <algorithm>
 #include <csignal>
 
 #include "agent/log_layout.h"
@@ -36,6 +37,14 @@ bool stack_capture_enabled(const AgentConfig& config) {
 
 int stack_dump_signal() {
   return SIGRTMIN + 3;
+}
+
+uint64_t StatePolicy::own_quota(int local_world_size) const {
+  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 5 * 3;
+}
+
+uint64_t StatePolicy::replica_quota(int local_world_size) const {
+  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 5 * 2;
 }
 
 }  // namespace ddprun::agent

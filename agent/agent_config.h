@@ -72,6 +72,25 @@ struct HealthPolicy {
   std::chrono::milliseconds gpu_memory_wait{30000};
 };
 
+// --state_memory / --state_bandwidth: training state kept in the agents' memory (agent/state/state_keeper.h,
+// docs/state.md); off when memory is 0.
+struct StatePolicy {
+  uint64_t memory = 0;  // bytes of this node's memory-backed directory: its ranks' versions and the buddy's
+  uint64_t bandwidth = 0;  // bytes per second the copies to the buddy may take; 0 = no cap
+  // This agent's directory (memory-backed, <$DDPRUN_STATE_ROOT or /dev/shm>/ddprun-state-<pid>), made by the
+  // keeper and removed when the agent ends or dies.
+  std::filesystem::path dir;
+  std::string advertise_addr;  // --local_addr: where the other agents reach this one; "" = its address
+                               // towards the store
+
+  bool enabled() const { return memory > 0; }
+  // The bytes each local rank's own versions may hold (DDPRUN_STATE_QUOTA): 3/5 of its share of memory (three
+  // versions: two committed, one being written), the rest for two of the buddy's (one committed, one
+  // arriving).
+  uint64_t own_quota(int local_world_size) const;
+  uint64_t replica_quota(int local_world_size) const;
+};
+
 struct AgentConfig {
   std::string role = "default";
   std::string script_name;          // for messages ("train.py")
@@ -88,7 +107,8 @@ struct AgentConfig {
   std::string metrics_addr;
   // --straggler_factor: the job-wide straggler rule (agent/observe/straggler_watch.h); 0 = off.
   double straggler_factor = 1.5;
-  // --event_log_handler file:PATH: the agent's lifecycle events as JSON lines (agent/observe/lifecycle_log.h).
+  // --event_log_handler file:PATH: the agent's lifecycle events as JSON lines
+  // (agent/observe/lifecycle_log.h).
   std::filesystem::path event_log_file;
   std::vector<int> signals_to_handle;
   std::filesystem::path log_dir;  // "" = a temporary directory (kept only on failure) for error files
@@ -108,6 +128,7 @@ struct AgentConfig {
   // name: torch's rendezvous backend
   // ("static", "c10d") and entry point (basename of the program it runs).
   EventLogHandler event_log_handler = EventLogHandler::kNull;
+  StatePolicy state;
   std::string rdzv_backend = "static";
   std::string entry_point;
 };

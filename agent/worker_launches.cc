@@ -6,11 +6,32 @@
 #include <csignal>
 #include <utility>
 
+#include "agent/state/state_directory.h"
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {
 
 namespace {
+
+// Puts the run directory's python_hooks/ first on the worker's PYTHONPATH (once).
+void add_python_hooks(const WorkerLogPaths& p, Env& env) {
+  const std::string hooks = LogLayout::python_hook_dir(p.run_dir).string();
+  auto old = env.find("PYTHONPATH");
+  if (old == env.end() || old->second.empty()) {
+    env["PYTHONPATH"] = hooks;
+  } else if (old->second != hooks && !old->second.starts_with(hooks + ":")) {
+    env["PYTHONPATH"] = hooks + ":" + old->second;
+  }
+}
+
+// --state_memory: where the workers' ddprun.state (and the SDK's) commit their versions, each local rank's
+// share of the memory, and ddprun.state itself (python_hooks/ddprun/, agent/state/python_package.h).
+void add_state_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
+  if (!config.state.enabled()) return;
+  env["DDPRUN_STATE_DIR"] = state_own_dir(config.state.dir).string();
+  env["DDPRUN_STATE_QUOTA"] = std::to_string(config.state.own_quota(static_cast<int>(config.workers.size())));
+  add_python_hooks(p, env);
+}
 
 // What hang detection and torch's FileTimer give a worker (agent/agent_config.h).
 void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& env) {
@@ -28,9 +49,7 @@ void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& e
     env.try_emplace("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", (p.dir / "nccl_trace_pipe_rank_").string());
   }
   if (stack_capture_enabled(config)) {
-    std::string hooks = LogLayout::python_hook_dir(p.run_dir).string();
-    auto old = env.find("PYTHONPATH");
-    env["PYTHONPATH"] = old == env.end() || old->second.empty() ? hooks : hooks + ":" + old->second;
+    add_python_hooks(p, env);
     env["DDPRUN_STACK_SIGNAL"] = std::to_string(stack_dump_signal());
   }
 }
@@ -70,6 +89,7 @@ std::vector<WorkerLaunch> worker_launches(const AgentConfig& config, const rdzv:
     if (config.virtual_local_rank) apply_virtual_local_rank(config.base_env, lr, w.env);
     w.cpu_affinity = config.workers[static_cast<size_t>(lr)].cpu_affinity;
     add_watchdog_env(config, p, w.env);
+    add_state_env(config, p, w.env);
     if (o.stdout_to_file) w.stdout_file = p.stdout_file;
     // torchrun's files only (agent/log_layout.h): stderr.log when -r/-t ask for it, and with hang detection
     // or the FileTimer, whose stack dumps and progress are read from it.

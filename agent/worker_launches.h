@@ -8,11 +8,12 @@
 // output says so, stderr always to its log file too (a failure report quotes its last lines); whole console
 // lines when more than one worker shares the console; the console prefix (console_prefix(): torch's
 // "[<role><local_rank>]:" or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE's) on each stream whose output says
-// prefix_stdout / prefix_stderr (tee'd). With hang detection or torch's
-// FileTimer on: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and the stack-dump hook (PYTHONPATH first
-// entry, DDPRUN_STACK_SIGNAL), see agent/agent_config.h. With --duplicate-*-filters, a stream both written to
-// its log file and shown (tee'd, not dropped by --local_ranks_filter) gets the filters and the same prefix
-// (its file: open_filtered_logs()).
+// prefix_stdout / prefix_stderr (tee'd). With hang detection or torch's FileTimer on:
+// TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and the stack-dump hook (PYTHONPATH first entry,
+// DDPRUN_STACK_SIGNAL), see agent/agent_config.h. With --state_memory: DDPRUN_STATE_DIR, DDPRUN_STATE_QUOTA
+// and python_hooks/ first on PYTHONPATH (import ddprun.state; agent/state/state_keeper.h). With
+// --duplicate-*-filters, a stream both written to its log file and shown (tee'd, not dropped by
+// --local_ranks_filter) gets the filters and the same prefix (its file: open_filtered_logs()).
 //
 // worker_launches() is pure (open_filtered_logs() creates files): it touches no file or process. Thread-safe.
 // Precondition (a broken one is a bug, not a user error): paths has one entry per local rank

@@ -63,6 +63,11 @@ agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& co
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
       a.supervision.signal_exit_codes[sig] = agent::kExitSlurmInterrupted;
   }
+  if (c.state.enabled()) {
+    a.state = c.state;
+    a.state.dir = context.state_dir;
+    a.state.advertise_addr = c.local_addr;
+  }
   a.prestart = c.prestart;
   a.prestart_delay = millis(c.prestart_delay);
   a.signals_to_handle = c.signals_to_handle;

@@ -19,6 +19,8 @@ struct LauncherContext {
   std::filesystem::path temp_dir;  // for the log files -r/-t ask for when --log_dir is not given
   // The NCCL variable the workers' torch reads, set to 1 when unset (launcher/torch_version.h).
   std::string nccl_async_error_handling_var = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+  // --state_memory's directory for this agent: <$DDPRUN_STATE_ROOT, else /dev/shm>/ddprun-state-<pid>.
+  std::filesystem::path state_dir;
 };
 
 // "<host name up to its first '.'>:<pid>": "node7:1234" for "node7.cluster" and "1234".
@@ -36,7 +38,9 @@ std::string node_tag(const LaunchConfig& c, const std::string& host_and_pid);
 // others shown as the worker wrote them. log_dir: --log_dir; without it context.temp_dir when -r/-t ask for
 // log files, else "" (the agent then keeps its files in a temporary directory). --virtual-local-rank and each
 // local rank's --numa-binding CPUs are passed on. OMP_NUM_THREADS=1 for more than one local worker unless
-// context.env sets it. Under Slurm, SIGTERM/SIGUSR1/SIGUSR2 end the job with agent::kExitSlurmInterrupted.
+// context.env sets it. With --state_memory, the state's directory (context.state_dir) and --local_addr as the
+// address the other agents reach this one at. Under Slurm, SIGTERM/SIGUSR1/SIGUSR2 end the job with
+// agent::kExitSlurmInterrupted.
 agent::AgentConfig agent_config(const LaunchConfig& c, const LauncherContext& context);
 
 }  // namespace ddprun::launcher

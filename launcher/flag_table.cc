@@ -122,6 +122,14 @@ constexpr FlagSpec kFlags[] = {
      "", false},
     {K::kValue, "--prestart_delay,--prestart-delay", "PRESTART_DELAY",
      "Seconds after the workers start before the next generation is pre-started", "2", false},
+    {K::kValue, "--state_memory,--state-memory", "STATE_MEMORY",
+     "Keep the workers' training state (ddprun.state, ddprun::sdk::state) in this much of the node's memory "
+     "(/dev/shm), copied to the next node: bytes, or with a unit K, M, G (binary); 0 = off (docs/state.md)",
+     "0", false},
+    {K::kValue, "--state_bandwidth,--state-bandwidth", "STATE_BANDWIDTH",
+     "Bytes per second the copies of the training state to the next node may take (K, M, G: binary units); "
+     "0 = no cap",
+     "0", false},
     {K::kValue, "--python", "", "Python interpreter (env DDPRUN_PYTHON, PYTHON_EXEC)", "python3", false},
     {K::kSwitch, "--dry_run,--dry-run", "", "Print the launch plan and exit without starting anything", "",
      false},

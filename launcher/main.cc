@@ -26,6 +26,7 @@
 #include "agent/elastic_agent.h"
 #include "agent/exit_codes.h"
 #include "agent/process/orphan_guard.h"
+#include "agent/state/state_guard.h"
 #include "agent/worker_env.h"
 #include "launcher/agent_config.h"
 #include "launcher/dry_run.h"
@@ -141,6 +142,8 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   }
   if (!parsed.message.empty()) std::cerr << parsed.message << (parsed.message.ends_with('\n') ? "" : "\n");
   context.temp_dir = temp_dir();
+  context.state_dir = std::filesystem::path(ddprun::env_or(context.env, "DDPRUN_STATE_ROOT", "/dev/shm")) /
+                      ("ddprun-state-" + std::to_string(::getpid()));
   std::error_code cwd_error;
   const auto cwd_path = std::filesystem::current_path(cwd_error);
   const std::string cwd = cwd_error ? "." : cwd_path.string();
@@ -219,6 +222,8 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
 int main(int argc, char** argv) {
   // The orphan guard (agent/process/orphan_guard.h) is this program run as "ddprun-guard".
   if (auto guard_exit = ddprun::agent::guard_entry(argc, argv)) return *guard_exit;
+  // So is the state guard (agent/state/state_guard.h), as "ddprun-state-guard".
+  if (auto guard_exit = ddprun::agent::state_guard_entry(argc, argv)) return *guard_exit;
   // Anything that escapes is a bug of ddprun, not of the job: say so and exit 1 (docs/cli.md). By then the
   // agent's destructors have stopped and reaped every worker.
   try {

@@ -4,6 +4,11 @@
 
 namespace ddprun::launcher {
 
+namespace {
+constexpr uint64_t kMinStateMemory = uint64_t{1} << 20;
+constexpr uint64_t kMinStateBandwidth = uint64_t{64} << 10;
+}  // namespace
+
 std::optional<AuthMode> parse_auth_mode(const std::string& text) {
   if (text == "auto") return AuthMode::kAuto;
   if (text == "munge") return AuthMode::kMunge;
@@ -26,6 +31,15 @@ void parse_operation_flags(const std::function<Given(const std::string&)>& get, 
 
   c.rdzv_secret_file = trim(get("--rdzv_secret_file").text);
   c.rdzv_auth = *parse_auth_mode(one_of(get("--rdzv_auth"), {"auto", "munge", "none"}));
+
+  c.state.memory = byte_size(get("--state_memory"), 0);
+  if (c.state.memory > 0 && c.state.memory < kMinStateMemory) {
+    fail(get("--state_memory"), "0 (off) or a size of at least 1M: bytes, or with a unit K, M, G (binary)");
+  }
+  c.state.bandwidth = byte_size(get("--state_bandwidth"), 0);
+  if (c.state.bandwidth > 0 && c.state.bandwidth < kMinStateBandwidth) {
+    fail(get("--state_bandwidth"), "0 (no cap) or at least 64K bytes per second (K, M, G: binary units)");
+  }
 
   const Given factor = get("--straggler_factor");
   const std::optional<double> f = to_double(factor.text);

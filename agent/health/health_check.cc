@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "agent/process/run_command.h"
@@ -42,6 +43,25 @@ void check_shm(const AgentConfig& config, std::vector<std::string>& problems) {
                             "/dev/shm", need);
       !p.empty())
     problems.push_back(p);
+}
+
+// --state_memory: the directory's file system (tmpfs) has room for the rest of what the job may keep there.
+void check_state_memory(const AgentConfig& config, std::vector<std::string>& problems) {
+  if (!config.state.enabled()) return;
+  const std::filesystem::path root = config.state.dir.parent_path();
+  uint64_t held = 0;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(config.state.dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) held += it->file_size(size_ec);
+  }
+  const uint64_t need = config.state.memory > held ? config.state.memory - held : 0;
+  if (auto p = room_problem(
+          "--state_memory " + mib_text(config.state.memory) + " of training state: " + root.string(),
+          root.string(), need);
+      !p.empty())
+    problems.push_back(p + " (free memory there, or give a smaller --state_memory; docs/state.md, Memory)");
 }
 
 void check_gpus(const NodeGpus& gpus, Nvml& nvml, std::vector<std::string>& problems) {
@@ -114,6 +134,7 @@ HealthReport check_health(const AgentConfig& config, Nvml* nvml) {
   if (config.health.builtin) {
     check_log_dir(config, report.problems);
     check_shm(config, report.problems);
+    check_state_memory(config, report.problems);
     if (nvml) check_gpus(gpus, *nvml, report.problems);
   }
   if (!config.health.command.empty()) check_command(config, gpus, report.problems);

@@ -3,6 +3,8 @@
 //   - --log_dir is writable and has HealthPolicy::log_dir_min_free bytes free;
 //   - /dev/shm has room for the worker SDK's segment of this many local ranks (rendezvous/util/shm_layout.h,
 //     with $DDPRUN_SHM_SLOT_BYTES) when there is more than one and DDPRUN_CPU_TRANSPORT is not tcp;
+//   - with --state_memory, the file system of its directory (/dev/shm) has room for it: the size asked for,
+//     less what the job keeps there already;
 //   - each GPU the local ranks will use opens through NVML, its memory reads, and it has no failed or pending
 //     row remapping (agent/health/nvml.h; skipped without libnvidia-ml). Local rank i uses the i-th entry of
 //     CUDA_VISIBLE_DEVICES, else GPU i; GPUs beyond what NVML counts are skipped unless CUDA_VISIBLE_DEVICES

@@ -98,6 +98,15 @@ void AgentLoop::prepare() {
       throw StepFailed{kExitUsage, e.what()};
     }
   }
+  if (config_.state.enabled()) {
+    try {
+      state_.emplace(config_);
+    } catch (const std::filesystem::filesystem_error& e) {
+      const std::string error = std::string("cannot create the directory of --state_memory: ") + e.what();
+      spdlog::error("{}", error);
+      throw StepFailed{kExitSpawnFailed, error};
+    }
+  }
   processes_.emplace(config_, events_, run_dir_->prestart_stub());
   try {
     run_dir_->write_hooks(config_);
@@ -281,6 +290,7 @@ void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
   watcher_.start(group.round.round);  // first: it heartbeats for this node while the GPUs are waited for
   if (generations_++ > 0) await_gpu_memory(group.round.round);
+  restore_state(group);
   observer_.set_group(&group);
   observer_.set_state("running");
   if (std::string error = processes_->spawn(group); !error.empty()) {
@@ -289,6 +299,10 @@ void AgentLoop::spawn(WorkerGroup& group) {
     ready_ = true;
   }
   observer_.set_group(&group);
+}
+
+void AgentLoop::restore_state(const WorkerGroup& group) {
+  if (state_) state_->before_spawn(group.round);
 }
 
 // Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's

@@ -36,6 +36,7 @@
 #include "agent/observe/lifecycle_log.h"
 #include "agent/observe/metrics_server.h"
 #include "agent/observe/observer.h"
+#include "agent/state/state_keeper.h"
 #include "agent/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -68,6 +69,8 @@ class AgentLoop {
   void await_gpu_memory(int round);
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);
+  // --state_memory (agent/state/state_keeper.h): before a generation starts, the state its ranks load.
+  void restore_state(const WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);
   int finish(const WorkerGroup& group, const RoundEnd& end);
   // The event log's events of a round's end (lifecycle_log.h) and its reason for the metrics.
@@ -100,6 +103,8 @@ class AgentLoop {
   std::optional<RoundEnd> round_end_;    // set by the kFinish action of the current round
   bool foreground_terminal_ = false;     // stdin is a terminal with the agent in its foreground (terminal.h)
   std::optional<RunDirectory> run_dir_;  // from prepare() on
+  // --state_memory, from prepare() on; destroyed after the workers (declared before processes_).
+  std::optional<StateKeeper> state_;
   std::optional<WorkerProcesses> processes_;      // from prepare() on
   std::unique_ptr<Nvml> nvml_;                    // from prepare() on, where libnvidia-ml loads
   std::map<std::string, uint64_t> gpu_baseline_;  // each GPU's used memory before the first workers

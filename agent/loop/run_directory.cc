@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "agent/process/prestart.h"
+#include "agent/state/python_package.h"
 #include "agent/watchdog/stack_dump.h"
 
 namespace ddprun::agent {
@@ -46,6 +47,10 @@ void RunDirectory::write_hooks(const AgentConfig& config) const {
     write_file(hooks / "sitecustomize.py", python_stack_hook(), hooks);
   }
   if (config.prestart) write_file(prestart_stub(), prestart_stub_source(), prestart_stub());
+  if (config.state.enabled()) {
+    const auto hooks = LogLayout::python_hook_dir(layout_.run_dir());
+    for (const auto& [file, text] : state_python_package()) write_file(hooks / file, text, hooks / file);
+  }
 }
 
 void RunDirectory::remove_if_temporary() const {

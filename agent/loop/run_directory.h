@@ -2,7 +2,8 @@
 // <log_dir>/<run_id>_<random> (agent/log_layout.h); without, a temporary directory for the error files, which
 // the agent removes when the job succeeds (and keeps on failure). Beside the workers' logs, the files the
 // agent gives its Python workers: the stack-dump hook (python_hooks/sitecustomize.py, when hang detection or
-// the FileTimer is on) and the --prestart stub (python_hooks/ddprun_prestart.py).
+// the FileTimer is on), the --prestart stub (python_hooks/ddprun_prestart.py) and, with --state_memory, the
+// package ddprun (python_hooks/ddprun/, agent/state/python_package.h).
 //
 // Errors: create() throws std::filesystem::filesystem_error, write_hooks() std::runtime_error, each naming
 // the path. Not thread-safe. Internal to the agent loop.

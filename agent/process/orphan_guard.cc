@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "agent/process/process_tree.h"
+#include "agent/process/self_exec.h"
 #include "agent/process/worker_cgroup.h"
 
 namespace ddprun::agent {
@@ -36,9 +36,6 @@ struct Message {
 constexpr int kMaxGroups = 4096;
 constexpr int kCleanupTimeoutMs = 10000;
 
-// Set by guard_entry: /proc/self/exe runs the guard when called "ddprun-guard".
-std::atomic<bool> g_exec_self{false};
-
 // What the guard process knows. Filled before the fork (or from argv after exec): no allocation after.
 struct GuardState {
   char cgroup_dir[4096] = "";
@@ -48,39 +45,6 @@ struct GuardState {
 
 void add_group(GuardState& s, pid_t pgid) {
   if (s.count < kMaxGroups) s.groups[s.count++] = pgid;
-}
-
-// In the guard's child, before it runs: only `socket_fd` stays open, as fd 0; 1 and 2 are /dev/null (an
-// inherited socket or pipe end must not be held open by the guard).
-void keep_only_socket(int socket_fd) {
-  ::dup2(socket_fd, 0);
-  const int null_fd = ::open("/dev/null", O_RDWR);
-  if (null_fd >= 0) {
-    ::dup2(null_fd, 1);
-    ::dup2(null_fd, 2);
-  }
-  ::syscall(SYS_close_range, 3U, ~0U, 0U);
-}
-
-// Starts the guard as /proc/self/exe named `argv[0]`, with vfork: no copy of the agent's memory, the agent
-// waits only until the exec. Signals stay blocked in the child, whose handlers are the agent's until the exec
-// (the guard ignores them). Its own function so that no variable of the caller lives across vfork (GCC's
-// -Wclobbered). The child's pid, or -1 with errno.
-pid_t vfork_exec_guard(int socket_fd, char* const* argv) {
-  sigset_t all, saved;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_BLOCK, &all, &saved);
-  const pid_t pid = ::vfork();
-  if (pid == 0) {
-    keep_only_socket(socket_fd);
-    char* envp[] = {nullptr};
-    ::execve("/proc/self/exe", argv, envp);
-    ::_exit(127);  // a vfork child must not return into the agent's stack
-  }
-  const int fork_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  errno = fork_errno;
-  return pid;
 }
 
 // The guard's whole life, reading messages on fd 0. Async-signal-safe calls only (it may run in a forked
@@ -126,7 +90,7 @@ std::string pid_list(const std::set<pid_t>& pids) {
 std::optional<int> guard_entry(int argc, char** argv) {
   const std::string_view arg0 = argc > 0 ? argv[0] : "";
   if (arg0 != kGuardName) {
-    g_exec_self = true;
+    enable_self_exec();
     return std::nullopt;
   }
   // ddprun-guard [--cgroup=DIR] [--watch=PGID,PGID,...]
@@ -220,13 +184,13 @@ void OrphanGuard::start_guard() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const pid_t pid = g_exec_self ? vfork_exec_guard(theirs.get(), argv.data()) : ::fork();
+  const pid_t pid = self_exec_enabled() ? exec_self(theirs.get(), argv.data()) : ::fork();
   if (pid < 0) {
     spdlog::error("orphan guard: fork: {}", strerror(errno));
     return;
   }
   if (pid == 0) {  // fork: this copy of the agent's program is the guard
-    keep_only_socket(theirs.get());
+    keep_only_fd0(theirs.get());
     run_guard(*state);
   }
   guard_pid_ = pid;

@@ -14,12 +14,18 @@ appends timestamped lines (script start, first completed step of each attempt, c
 scripts/bench-recovery.sh; --hang-rank/--hang-step/--hang-attempt make one rank stop in
 stuck_in_data_loading() (a sleep outside any collective) while the others wait in theirs; --load-seconds makes
 every rank spend that long loading each batch, --slow-rank/--slow-seconds one rank that much longer (a straggler).
+--state-every N keeps the training state (parameters, optimizer, the data generator) in ddprun's memory every N
+steps (ddprun.state, `ddprun --state_memory`; --state-async: without waiting for the write) and resumes from it
+after a restart, falling back to --checkpoint where ddprun.state has none; the resumed run ends with the same
+parameters, bit for bit, as one that never stopped (--out's params_sha256). --crash-in-save-step S makes
+--fail-rank die in the middle of its save of step S (attempt 0).
 Under ddprun every rank writes its global step, the time from the top of the step to its first gradient bucket's
 all-reduce (a DDP communication hook notes it) and the step time to $DDPRUN_PROGRESS_FILE: ddprun's hang
 detection, `ddprun status` and its straggler report read them.
 """
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import sys
@@ -125,6 +131,12 @@ def parse_args():
     p.add_argument("--stop-file", help="end the training early once this file exists: every --stop-every steps "
                    "the ranks all-reduce whether they see it and stop together after that step")
     p.add_argument("--stop-every", type=int, default=10)
+    p.add_argument("--state-every", type=int, default=0,
+                   help="save the training state with ddprun.state every N steps and resume from it (0: never)")
+    p.add_argument("--state-async", action="store_true", help="ddprun.state.save(..., async_=True)")
+    p.add_argument("--crash-in-save-step", type=int, default=-1,
+                   help="--fail-rank dies (os._exit(9)) in the middle of its ddprun.state save of this step "
+                   "(attempt 0 only)")
     p.add_argument("--stamp", help="append '<event> <attempt> <rank> <unix ns>' lines to this file: 'start' "
                    "when the script starts (before torch is imported), 'first-step' when the rank completes "
                    "its first step of the attempt (optimizer step done), 'crash' just before a "
@@ -146,8 +158,12 @@ def main():
     first_collective = FirstCollective()
     ddp.register_comm_hook(None, first_collective.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    data_gen = torch.Generator().manual_seed(1000 + rank)
     start = 0
-    if args.checkpoint and os.path.exists(args.checkpoint):
+    resumed = resume_from_state(args, rank, model, opt, data_gen)
+    if resumed is not None:
+        start = resumed
+    elif args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -157,7 +173,6 @@ def main():
 
     gen = torch.Generator().manual_seed(99)
     true_w = torch.randn(32, 1, generator=gen)
-    data_gen = torch.Generator().manual_seed(1000 + rank)
     t0 = time.time()
     loss = torch.tensor(0.0)
     progress = ProgressFile()
@@ -197,6 +212,8 @@ def main():
             leave(13)
         if args.step_sleep:
             time.sleep(args.step_sleep)
+        if args.state_every and (step + 1) % args.state_every == 0:
+            save_state(args, step, rank, attempt, model, opt, data_gen)
         if rank == 0 and args.checkpoint and (step + 1) % args.save_every == 0:
             tmp = args.checkpoint + ".tmp"
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
@@ -209,7 +226,11 @@ def main():
                 print(f"stopping after step {step + 1}: {args.stop_file} exists", flush=True)
             break
 
+    if args.state_every:
+        import ddprun.state
+        ddprun.state.wait()  # the last async save committed before leave()'s os._exit
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    params_sha256 = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     sums = [None] * world
     dist.all_gather_object(sums, checksum)
     identical = all(s == sums[0] for s in sums)
@@ -219,11 +240,50 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
             json.dump({"rank": rank, "world_size": world, "attempt": attempt, "checksum": checksum,
-                       "identical": identical, "loss": loss.item(), "local_rank": int(os.environ["LOCAL_RANK"]),
+                       "identical": identical, "loss": loss.item(), "params_sha256": params_sha256,
+                       "start_step": start, "local_rank": int(os.environ["LOCAL_RANK"]),
                        "group_rank": int(os.environ["GROUP_RANK"])}, f)
     # No destroy_process_group(): gloo's can hang at exit (pytorch#75097; seen here with torch 2.6 in 2 of 4
     # runs). The last collective is done, and leave() ends the process at once.
     leave(0 if identical else 3)
+
+
+class ExitWhilePickled:
+    """Part of a state that ends the process while ddprun.state.save() pickles it: after the tensors before it
+    were written, before the version is committed."""
+
+    def __reduce__(self):
+        print("dying in the middle of a ddprun.state save", file=sys.stderr, flush=True)
+        os._exit(9)
+
+
+def save_state(args, step, rank, attempt, model, opt, data_gen):
+    import ddprun.state
+
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "data_gen": data_gen.get_state()}
+    if step == args.crash_in_save_step and rank == args.fail_rank and attempt == 0:
+        state["crash"] = ExitWhilePickled()
+    ddprun.state.save(step, state, async_=args.state_async)
+
+
+def resume_from_state(args, rank, model, opt, data_gen):
+    """The step after the newest one every rank saved with ddprun.state, its state loaded; None without one."""
+    if not args.state_every:
+        return None
+    import ddprun.state
+
+    got = ddprun.state.load()
+    if got is None:
+        if rank == 0:
+            print(f"ddprun.state: nothing to resume from ({ddprun.state.why_none()})", flush=True)
+        return None
+    step, state = got
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    data_gen.set_state(state["data_gen"])
+    if rank == 0:
+        print(f"resumed from ddprun.state at step {step + 1}", flush=True)
+    return step + 1
 
 
 def stop_requested(path):

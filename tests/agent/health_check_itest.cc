@@ -154,6 +154,22 @@ TEST_CASE("health: /dev/shm must hold the worker SDK's segment", "[agent][health
   }
 }
 
+TEST_CASE("health: --state_memory must fit its directory's file system, beside what the job keeps there",
+          "[agent][health]") {
+  TempDir dir;
+  AgentConfig c = config_with(1);
+  c.state.dir = dir.path / "ddprun-state-42";
+  c.state.memory = uint64_t{1} << 20;
+  CHECK(check_health(c, nullptr).healthy());
+  c.state.memory = uint64_t{1} << 60;
+  const std::string p = check_health(c, nullptr).summary();
+  CHECK_THAT(p, Catch::Contains("--state_memory 1099511627776 MiB of training state: " + dir.path.string() +
+                                " has "));
+  CHECK_THAT(p, Catch::Contains("MiB free, 1099511627776 MiB needed"));
+  c.health.builtin = false;
+  CHECK(check_health(c, nullptr).healthy());
+}
+
 TEST_CASE("health: --health_check passes on exit 0 and fails otherwise, with its last line",
           "[agent][health]") {
   TempDir dir;

@@ -147,6 +147,24 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   CHECK(env_of(c).at("TORCHELASTIC_TIMER_FILE") == "/run/my_timer");
 }
 
+TEST_CASE("worker_launches: --state_memory gives the directory, each rank's share and ddprun.state",
+          "[worker_launches]") {
+  AgentConfig c = two_workers();
+  auto env_of = [&](const AgentConfig& config) {
+    return worker_launches(config, node_1_round_2(), paths(2), "job").at(1).env;
+  };
+  CHECK_FALSE(env_of(c).count("DDPRUN_STATE_DIR"));
+  c.state.memory = 100 << 20;
+  c.state.dir = "/dev/shm/ddprun-state-42";
+  c.base_env["PYTHONPATH"] = "/site";
+  Env state = env_of(c);
+  CHECK(state.at("DDPRUN_STATE_DIR") == "/dev/shm/ddprun-state-42/own");
+  CHECK(state.at("DDPRUN_STATE_QUOTA") == std::to_string((100 << 20) / 2 / 5 * 3));  // 3/5 of its half
+  CHECK(state.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
+  c.supervision.hang_timeout = std::chrono::seconds(30);  // the stack hook's directory too: named once
+  CHECK(env_of(c).at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
+}
+
 TEST_CASE("worker_launches: --virtual-local-rank and --numa-binding shape each launch", "[worker_launches]") {
   AgentConfig c = two_workers();
   const auto p = paths(2);

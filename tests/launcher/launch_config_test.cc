@@ -87,6 +87,10 @@ std::vector<ValueFlag> value_flags() {
        [=](C c) { return num(c.store_memory_budget); }, "536870912"},
       {{"--store_memory_budget", "--store-memory-budget"}, "PET_STORE_MEMORY_BUDGET", {}, " 1gib ",
        [=](C c) { return num(c.store_memory_budget); }, "1073741824"},
+      {{"--state_memory", "--state-memory"}, "PET_STATE_MEMORY", {}, "4G",
+       [=](C c) { return num(c.state.memory); }, "4294967296"},
+      {{"--state_bandwidth", "--state-bandwidth"}, "PET_STATE_BANDWIDTH", {}, "100M",
+       [=](C c) { return num(c.state.bandwidth); }, "104857600"},
       {{"--python"}, "", {}, "/usr/bin/python3", [](C c) { return c.python; }, "/usr/bin/python3"},
       {{"--log_level", "--log-level"}, "", {}, "debug", [](C c) { return c.log_level; }, "debug"},
       {{"--log_level", "--log-level"}, "", {}, "warning", [](C c) { return c.log_level; }, "warn"},
@@ -140,6 +144,8 @@ TEST_CASE("defaults match torchrun's (and ddprun's documented ones)", "[launcher
   CHECK(c.shutdown_timeout == 30);
   CHECK(c.exit_barrier_timeout == 300);
   CHECK(c.store_memory_budget == uint64_t{256} << 20);  // ddprun extension: docs/cli.md says why
+  CHECK_FALSE(c.state.enabled());                       // --state_memory 0: off
+  CHECK(c.state.bandwidth == 0);                        // no cap
   CHECK(c.python == "python3");
   CHECK(c.log_level == "info");
   CHECK(c.health.command.empty());  // ddprun extensions: docs/cli.md
@@ -342,6 +348,9 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--store_memory_budget", "512K", "t.py"}, {}, {"--store_memory_budget", "'512K'", "at least"}},
       {{"--store_memory_budget", "1T", "t.py"}, {}, {"--store_memory_budget", "'1T'"}},
       {{"--store_memory_budget", "-1G", "t.py"}, {}, {"--store_memory_budget", "'-1G'"}},
+      {{"--state_memory", "512K", "t.py"}, {}, {"--state_memory", "'512K'", "at least 1M"}},
+      {{"--state_memory", "lots", "t.py"}, {}, {"--state_memory", "'lots'"}},
+      {{"--state_bandwidth", "1K", "t.py"}, {}, {"--state_bandwidth", "'1K'", "64K"}},
       {{"--start_method", "thread", "t.py"}, {}, {"--start_method", "'thread'", "spawn"}},
       {{"--local_ranks_filter", "0,a", "t.py"}, {}, {"--local_ranks_filter", "'0,a'"}},
       {{"--log_level", "loud", "t.py"}, {}, {"--log_level", "'loud'"}},
