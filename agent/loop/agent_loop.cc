@@ -302,7 +302,7 @@ void AgentLoop::spawn(WorkerGroup& group) {
 }
 
 void AgentLoop::restore_state(const WorkerGroup& group) {
-  if (state_) state_->before_spawn(group.round);
+  if (state_) state_->before_spawn(group.round, rdzv_->observer_store());
 }
 
 // Supervises the group until supervise() finishes it: events from the other threads, the exit barrier's

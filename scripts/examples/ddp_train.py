@@ -59,16 +59,41 @@ class ProgressFile:
 
 
 class FirstCollective:
-    """A DDP communication hook (DDP's own all-reduce, averaged) that notes when the step's first gradient
-    bucket starts its all-reduce: the end of this rank's own work before it waits for the others."""
+    """A DDP communication hook that notes when the step's first gradient bucket starts its all-reduce (the end
+    of this rank's own work before it waits for the others), and averages the gradients as DDP's own hook does,
+    with one difference: it all-reduces them in the model's parameter order, not in the bucket's. DDP lays its
+    buckets out anew after the first step of every process, and a ring all-reduce of more than two ranks adds
+    an element's values in an order that depends on where the element sits in the buffer: a resumed process
+    would otherwise add some gradients in another order than one that never stopped, and end with parameters
+    that differ in their last bits (docs/state.md, "Bit for bit")."""
 
-    def __init__(self):
+    def __init__(self, model, world):
         self.at = None
+        self.world = world
+        self.order = {p.data_ptr(): i for i, p in enumerate(model.parameters())}
 
     def hook(self, state, bucket):
         if self.at is None:
             self.at = time.monotonic()
-        return allreduce_hook(state, bucket)
+        grads, params = bucket.gradients(), bucket.parameters()
+        starts, at = [], 0
+        for g in grads:  # the bucket's buffer holds the gradients in its own order, one after the other
+            starts.append(at)
+            at += g.numel()
+        order = sorted(range(len(grads)), key=lambda i: self.order.get(params[i].data_ptr(), i))
+        flat = torch.cat([grads[i].reshape(-1) for i in order])
+
+        def averaged(fut):
+            reduced = fut.value()[0].div_(self.world)
+            buffer = bucket.buffer()
+            offset = 0
+            for i in order:
+                n = grads[i].numel()
+                buffer[starts[i]:starts[i] + n].copy_(reduced[offset:offset + n])
+                offset += n
+            return buffer
+
+        return dist.all_reduce(flat, async_op=True).get_future().then(averaged)
 
 
 def stuck_in_data_loading():
@@ -95,7 +120,6 @@ stamp(early_stamp_path(sys.argv[1:]), "start", os.environ.get("TORCHELASTIC_REST
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
@@ -155,7 +179,7 @@ def main():
     torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
     model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
     ddp = DDP(model)
-    first_collective = FirstCollective()
+    first_collective = FirstCollective(model, world)
     ddp.register_comm_hook(None, first_collective.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     data_gen = torch.Generator().manual_seed(1000 + rank)
