@@ -23,11 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/agent_config.h"       // HealthPolicy
-#include "agent/observe/event_log.h"  // --event-log-handler
-#include "launcher/cuda_devices.h"    // count_gpu_devices, the default gpu_count
-#include "launcher/flag_values.h"     // RdzvTimings
-#include "launcher/numa_topology.h"   // --numa-binding
+#include "agent/agent_config.h"  // HealthPolicy, EventLogHandler
+#include "launcher/cuda_devices.h"     // count_gpu_devices, the default gpu_count
+#include "launcher/flag_values.h"      // RdzvTimings
+#include "launcher/numa_topology.h"    // --numa-binding
 #include "launcher/slurm/slurm_env.h"
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/store/store_auth.h"
@@ -36,9 +35,9 @@ namespace ddprun::launcher {
 
 // Slurm mode (--slurm, or auto-detected: SLURM_JOB_ID and SLURM_PROCID set, --no_slurm absent and none of
 // --nnodes, --node_rank, --master_addr, --master_port, --rdzv_endpoint, --standalone given, on the command
-// line or as PET_ variables). The derived settings (launcher/slurm/slurm_env.h) are the defaults of the flags
-// they stand for: a flag given with --slurm still wins. With c10d, the endpoint is <first host>:<first
-// candidate port> and is_host defaults to "agent 0 hosts".
+// line or as PET_ variables). The derived settings (launcher/slurm/slurm_env.h) are the defaults of the flags they
+// stand for: a flag given with --slurm still wins. With c10d, the endpoint is <first host>:<first candidate
+// port> and is_host defaults to "agent 0 hosts".
 // --rdzv_auth: how the job's store admits agents (launcher/store_auth_setup.h, docs/security.md).
 enum class AuthMode { kAuto, kMunge, kNone };
 // "auto", "munge", "none"; nullopt for anything else.
@@ -46,13 +45,12 @@ std::optional<AuthMode> parse_auth_mode(const std::string& text);
 
 struct SlurmLaunch {
   bool auto_detected = false;
-  SlurmSettings settings;          // everything derived
-  std::vector<SlurmDerived> used;  // the derived settings no flag overrode (--dry-run prints them)
-  std::vector<uint16_t>
-      probe_ports;           // store ports to probe in order (launcher/slurm/slurm_port.h); empty when a
-                             // flag gave the port (--rdzv_endpoint, or static's --master_port)
-  std::string store_host;    // host of the store: LaunchConfig::rdzv_endpoint's
-  bool hosts_store = false;  // this agent hosts the store (node rank 0 / task 0)
+  SlurmSettings settings;             // everything derived
+  std::vector<SlurmDerived> used;     // the derived settings no flag overrode (--dry-run prints them)
+  std::vector<uint16_t> probe_ports;  // store ports to probe in order (launcher/slurm/slurm_port.h); empty when a
+                                      // flag gave the port (--rdzv_endpoint, or static's --master_port)
+  std::string store_host;             // host of the store: LaunchConfig::rdzv_endpoint's
+  bool hosts_store = false;           // this agent hosts the store (node rank 0 / task 0)
 };
 
 // How the agents of a job meet (--rdzv_backend, --standalone). torchrun labels --standalone "c10d"; ddprun
@@ -70,7 +68,7 @@ inline bool etcd_kind(RendezvousKind k) {
   return k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2;
 }
 
-// torchrun's --event-log-handler values: agent/observe/event_log.h.
+// torchrun's --event-log-handler values: agent/agent_config.h.
 using EventLogHandler = agent::EventLogHandler;
 
 // --standalone: the workers' MASTER_ADDR, torchrun's (its standalone rendezvous endpoint is localhost:0); the

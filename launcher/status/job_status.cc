@@ -24,26 +24,6 @@ json or_null(const std::optional<T>& v) {
   return v ? json(*v) : json();
 }
 
-// Which of `keys` exist: one CHECK for them all, halves checked again only where one is missing (a GET or
-// MULTI_GET would wait for a missing key), so a job where every agent is alive costs one request.
-void check_present(rdzv::Store& store, const std::vector<std::string>& keys, size_t begin, size_t end,
-                   std::vector<bool>& out) {
-  if (begin == end) return;
-  if (store.check(std::vector<std::string>(keys.begin() + begin, keys.begin() + end))) {
-    std::fill(out.begin() + begin, out.begin() + end, true);
-  } else if (end - begin > 1) {
-    const size_t mid = begin + (end - begin) / 2;
-    check_present(store, keys, begin, mid, out);
-    check_present(store, keys, mid, end, out);
-  }
-}
-
-std::vector<bool> keys_present(rdzv::Store& store, const std::vector<std::string>& keys) {
-  std::vector<bool> out(keys.size(), false);
-  check_present(store, keys, 0, keys.size(), out);
-  return out;
-}
-
 // "0-3", "0,2,5-6"; "-" for none.
 std::string rank_ranges(const json& ranks) {
   std::vector<int> r;
@@ -169,7 +149,7 @@ JobRecords read_records(rdzv::Store& store, const rdzv::RoundKeys& keys, const s
       asked.push_back(i);
     }
   }
-  const std::vector<bool> present = keys_present(store, live_keys);
+  const std::vector<bool> present = rdzv::keys_present(store, live_keys);
   for (size_t k = 0; k < asked.size(); ++k) r.live[asked[k]] = present[k];
   return r;
 }

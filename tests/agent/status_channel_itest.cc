@@ -9,6 +9,7 @@
 #include <string>
 
 #include "agent/observe/status_channel.h"
+#include "agent/observe/status_document.h"
 #include "catch_compat.h"
 #include "rendezvous/round_keys.h"
 #include "rendezvous/store/store_client.h"
@@ -75,4 +76,52 @@ TEST_CASE("status channel: documents reach the store, registered once per store"
   REQUIRE(channel.flush(10s));
   CHECK(keys.status_identities(reader2) == std::vector<std::string>{"h0:1"});
   CHECK(keys.status_documents(reader2, {"h0:1"}) == std::vector<std::string>{"{\"n\": 3}"});
+}
+
+TEST_CASE("status channel: node rank 0 removes the documents of agents that left the job long ago",
+          "[agent][status]") {
+  rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+  rdzv::StoreClient c("127.0.0.1", server.port());
+  const rdzv::RoundKeys keys("job9");
+  auto publish = [&](const std::string& id, const std::string& doc, bool live) {
+    bool registered = false;
+    keys.publish_status(c, id, doc, registered);
+    if (live) c.set(keys.key("live/" + id), "1");
+  };
+  auto doc = [](const std::string& backend, const std::string& state, int round, double time) {
+    return agent::status_document_text(
+        agent::StatusDocument{.host = "h",
+                              .backend = backend,
+                              .state = state,
+                              .time = time,
+                              .round = round >= 0 ? std::optional(round) : std::nullopt});
+  };
+  const double long_ago = 1.0e9,
+               now =
+                   std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  publish("done:1", doc("c10d", "done", 0, long_ago), false);         // finished long ago: goes
+  publish("spare:2", doc("c10d", "forming", -1, long_ago), true);     // connected, waiting: stays
+  publish("killed:3", doc("c10d", "running", 0, long_ago), false);    // its connection is gone: goes
+  publish("static:4", doc("static", "running", 0, long_ago), false);  // not in the round, silent: goes
+  publish("sick:5", doc("c10d", "unhealthy", -1, long_ago), false);   // retrying its health check: stays
+  publish("recent:6", doc("c10d", "done", 0, now), false);            // left a moment ago: stays
+  publish("junk:7", "{not json", false);                              // unreadable: shown, left
+  agent::StatusChannel channel(0, 0ms);
+  auto post = post_to(server.port(), doc("c10d", "running", 1, now));
+  post.access.identity = "h0:1";
+  post.round = 1;
+  post.node_rank = 0;
+  post.nodes = 1;
+  channel.post(post);
+  REQUIRE(channel.flush(10s));
+  CHECK(keys.status_identities(c) ==
+        std::vector<std::string>{"spare:2", "sick:5", "recent:6", "junk:7", "h0:1"});
+  for (const char* gone : {"done:1", "killed:3", "static:4"})
+    CHECK_FALSE(c.check({keys.key(std::string("status/") + gone)}));
+  // Another node rank does not prune.
+  publish("done:8", doc("c10d", "done", 0, long_ago), false);
+  post.node_rank = 1;
+  channel.post(post);
+  REQUIRE(channel.flush(10s));
+  CHECK(c.check({keys.key("status/done:8")}));
 }
