@@ -101,6 +101,7 @@ void AgentLoop::prepare() {
   if (config_.state.enabled()) {
     try {
       state_.emplace(config_);
+      observer_.attach_state([this] { return state_->stats(); });
     } catch (const std::filesystem::filesystem_error& e) {
       const std::string error = std::string("cannot create the directory of --state_memory: ") + e.what();
       spdlog::error("{}", error);

@@ -75,6 +75,14 @@ constexpr MetricSpec kStoreRefused{
     "ddprun_store_clients_refused_total",
     "Store clients refused by a store with the job's secret (--rdzv_secret_file)"};
 
+constexpr MetricSpec kStateStep{"ddprun_state_step",
+                                "A local rank's newest training state version on this node (--state_memory)"};
+constexpr MetricSpec kStateReplicaStep{
+    "ddprun_state_replica_step",
+    "A local rank's newest training state version copied to the next node (--state_memory)"};
+constexpr MetricSpec kStateBytes{
+    "ddprun_state_bytes", "Bytes this node's --state_memory directory holds (own versions and copies)"};
+
 }  // namespace
 
 prometheus::Family<prometheus::Counter>& AgentMetrics::counter(const MetricSpec& m) {
@@ -105,7 +113,10 @@ AgentMetrics::AgentMetrics()
       store_held_(gauge(kStoreHeld)),
       store_budget_(gauge(kStoreBudget)),
       store_dropped_(counter(kStoreDropped)),
-      store_refused_(counter(kStoreRefused)) {
+      store_refused_(counter(kStoreRefused)),
+      state_step_(gauge(kStateStep)),
+      state_replica_step_(gauge(kStateReplicaStep)),
+      state_bytes_(gauge(kStateBytes)) {
   restarts_.Add({});
   for (const char* reason : {"failure", "membership", "signal", "done", "exit"})
     rounds_.Add({{"reason", reason}});
@@ -147,6 +158,23 @@ void AgentMetrics::refresh(int restarts_done, const WorkerGroup* group,
   refresh_ranks(group, samples);
   refresh_stragglers(stragglers);
   if (store) refresh_store(*store);
+}
+
+void AgentMetrics::refresh_state(const StateStats& state) {
+  std::lock_guard lock(mu_);
+  for (auto [family, series] : state_series_) family->Remove(series);
+  state_series_.clear();
+  for (const StateStats::Rank& r : state.ranks) {
+    const prometheus::Labels labels{{"rank", std::to_string(r.rank)}};
+    for (auto [family, value] :
+         {std::pair{&state_step_, r.step}, std::pair{&state_replica_step_, r.replica_step}}) {
+      if (!value) continue;
+      auto& series = family->Add(labels);
+      series.Set(static_cast<double>(*value));
+      state_series_.emplace_back(family, &series);
+    }
+  }
+  state_bytes_.Add({}).Set(static_cast<double>(state.bytes_held));
 }
 
 void AgentMetrics::refresh_ranks(const WorkerGroup* group, const std::vector<RankSample>& samples) {

@@ -25,6 +25,7 @@
 #include "agent/observe/rank_sample.h"
 #include "agent/observe/straggler_tracker.h"
 #include "agent/process/worker_launch.h"
+#include "agent/state/state_stats.h"
 #include "agent/worker_group.h"
 #include "rendezvous/store/store_stats.h"
 
@@ -50,6 +51,9 @@ class AgentMetrics {
   void refresh(int restarts_done, const WorkerGroup* group, const std::vector<RankSample>& samples,
                const std::optional<rdzv::StoreServerStats>& store,
                const std::map<int, StragglerEpisode>& stragglers);
+  // --state_memory: each local rank's newest version here and at the buddy (the series of ranks no longer
+  // here go), the bytes held (agent/state/state_stats.h).
+  void refresh_state(const StateStats& state);
   std::string text();
 
  private:
@@ -82,6 +86,9 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& store_budget_;
   prometheus::Family<prometheus::Counter>& store_dropped_;
   prometheus::Family<prometheus::Counter>& store_refused_;
+  prometheus::Family<prometheus::Gauge>& state_step_;
+  prometheus::Family<prometheus::Gauge>& state_replica_step_;
+  prometheus::Family<prometheus::Gauge>& state_bytes_;
   int restarts_seen_ = 0;
   double cpu_seen_ = 0;
   std::array<uint64_t, rdzv::kOpCount> store_requests_seen_{};
@@ -91,6 +98,7 @@ class AgentMetrics {
       rank_series_;                                     // of ranks_round_
   int ranks_round_ = -1;                                // the round whose per-rank gauges exist
   std::map<int, prometheus::Gauge*> straggler_series_;  // rank -> its ddprun_straggler series
+  std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> state_series_;
 };
 
 }  // namespace ddprun::agent

@@ -35,7 +35,9 @@ void Observer::set_group(const WorkerGroup* group) {
 
 std::string Observer::document() const {
   const WorkerGroup* group = report_.group();
-  return report_.document(group ? sample_ranks(*group) : std::vector<RankSample>{});
+  const std::optional<StateStats> state = state_ ? std::optional(state_()) : std::nullopt;
+  return report_.document(group ? sample_ranks(*group) : std::vector<RankSample>{},
+                          state ? &*state : nullptr);
 }
 
 void Observer::tick() {
@@ -43,8 +45,10 @@ void Observer::tick() {
   due_ = *last_ + kStatusInterval;
   const WorkerGroup* group = report_.group();
   const std::vector<RankSample> samples = group ? sample_ranks(*group) : std::vector<RankSample>{};
+  const std::optional<StateStats> state = state_ ? std::optional(state_()) : std::nullopt;
   if (auto access = rdzv_.observer_store()) {
-    StatusPost post{.access = std::move(*access), .document = report_.document(samples)};
+    StatusPost post{.access = std::move(*access),
+                    .document = report_.document(samples, state ? &*state : nullptr)};
     if (group) {
       post.round = group->round.round;
       post.node_rank = group->round.group_rank;
@@ -55,6 +59,7 @@ void Observer::tick() {
   record_stragglers();
   if (metrics_) {
     metrics_->refresh(job_.restarts_done, group, samples, rdzv_.hosted_store_stats(), channel_.flagged());
+    if (state) metrics_->refresh_state(*state);
   }
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,8 @@ class Observer {
 
   // --metrics_port: from now on the ticks refresh `metrics` (which must outlive the observer).
   void attach_metrics(AgentMetrics* metrics) { metrics_ = metrics; }
+  // --state_memory: from now on the documents and the metrics show what `state` returns at each tick.
+  void attach_state(std::function<StateStats()> state) { state_ = std::move(state); }
   // What the agent does now (and why, for people): published now (at most one document per second).
   void set_state(const std::string& state, const std::string& detail = "");
   // The group of the running round (nullptr: none); published with the next tick, the metrics refreshed now.
@@ -61,6 +64,7 @@ class Observer {
   const JobState& job_;
   LifecycleLog& lifecycle_;
   AgentMetrics* metrics_ = nullptr;
+  std::function<StateStats()> state_;  // empty without --state_memory
   StatusReport report_;
   std::optional<Clock::time_point> due_;
   std::optional<Clock::time_point> last_;  // the last tick

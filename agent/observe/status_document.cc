@@ -95,7 +95,9 @@ std::string status_document_text(const StatusDocument& d) {
                      {"progress_age_s", or_null(r.progress_age_s)},
                      {"step", or_null(r.step)},
                      {"step_time_s", or_null(r.step_time_s)},
-                     {"before_collective_s", or_null(r.before_collective_s)}});
+                     {"before_collective_s", or_null(r.before_collective_s)},
+                     {"state_step", or_null(r.state_step)},
+                     {"state_replica_step", or_null(r.state_replica_step)}});
   }
   return dump({{"v", 1},
                {"host", d.host},
@@ -113,6 +115,7 @@ std::string status_document_text(const StatusDocument& d) {
                {"restarts_used", d.restarts_used},
                {"restarts_max", d.restarts_max},
                {"restarts_caused", d.restarts_caused},
+               {"state_bytes", or_null(d.state_bytes)},
                {"ranks", ranks}});
 }
 
@@ -128,7 +131,8 @@ std::string straggler_report_text(const StragglerReport& r) {
   return dump({{"v", 1}, {"round", r.round}, {"factor", r.factor}, {"time", r.time}, {"ranks", ranks}});
 }
 
-std::optional<StatusDocument> read_status_document(std::string_view text, std::vector<std::string>& problems) {
+std::optional<StatusDocument> read_status_document(std::string_view text,
+                                                   std::vector<std::string>& problems) {
   const json j = json::parse(text, nullptr, false);
   if (!j.is_object()) {
     problems.push_back("not a JSON object");
@@ -151,6 +155,7 @@ std::optional<StatusDocument> read_status_document(std::string_view text, std::v
   d.restarts_used = f.small_integer("restarts_used").value_or(0);
   d.restarts_max = f.small_integer("restarts_max").value_or(0);
   d.restarts_caused = f.small_integer("restarts_caused").value_or(0);
+  d.state_bytes = f.count("state_bytes");
   if (const json* ranks = f.array("ranks")) {
     size_t i = 0;
     for (const json& r : *ranks) {
@@ -178,13 +183,16 @@ std::optional<StatusDocument> read_status_document(std::string_view text, std::v
       s.step = rf.count("step");
       s.step_time_s = rf.number("step_time_s");
       s.before_collective_s = rf.number("before_collective_s");
+      s.state_step = rf.integer("state_step");
+      s.state_replica_step = rf.integer("state_replica_step");
       d.ranks.push_back(std::move(s));
     }
   }
   return d;
 }
 
-std::optional<StragglerReport> read_straggler_report(std::string_view text, std::vector<std::string>& problems) {
+std::optional<StragglerReport> read_straggler_report(std::string_view text,
+                                                     std::vector<std::string>& problems) {
   const json j = json::parse(text, nullptr, false);
   if (!j.is_object()) {
     problems.push_back("not a JSON object");

@@ -11,9 +11,10 @@
 // Status document, schema version 1 (every field always written, null where unknown):
 //   {"v": 1, "host", "pid", "backend", "state", "detail", "time" (unix seconds),
 //    "round", "node_rank", "nodes", "local_world_size", "base_rank", "world_size",
-//    "restarts_used", "restarts_max", "restarts_caused",
+//    "restarts_used", "restarts_max", "restarts_caused", "state_bytes",
 //    "ranks": [{"rank", "local_rank", "pid", "state", "progress_age_s", "step", "step_time_s",
-//               "before_collective_s"}]}
+//               "before_collective_s", "state_step", "state_replica_step"}]}
+// (the state_ fields: --state_memory, agent/state/state_stats.h; null without it)
 // Straggler report: {"v": 1, "round", "factor", "time",
 //                    "ranks": [{"rank", "host", "before_collective_s", "median_s", "since"}]}
 #pragma once
@@ -35,6 +36,7 @@ struct RankStatus {
   std::optional<uint64_t> step;
   std::optional<double> step_time_s;
   std::optional<double> before_collective_s;
+  std::optional<int64_t> state_step, state_replica_step;  // --state_memory: newest version here, at the buddy
 };
 
 struct StatusDocument {
@@ -48,6 +50,7 @@ struct StatusDocument {
   std::optional<int> round, node_rank, nodes, base_rank, world_size;
   std::optional<int> local_world_size;
   int restarts_used = 0, restarts_max = 0, restarts_caused = 0;
+  std::optional<uint64_t> state_bytes;  // --state_memory: the bytes the node's state directory holds
   std::vector<RankStatus> ranks;
 };
 
@@ -72,6 +75,7 @@ std::string straggler_report_text(const StragglerReport& report);
 
 // The readers (see the top of this file). `problems` gets one line per thing skipped or read as absent.
 std::optional<StatusDocument> read_status_document(std::string_view text, std::vector<std::string>& problems);
-std::optional<StragglerReport> read_straggler_report(std::string_view text, std::vector<std::string>& problems);
+std::optional<StragglerReport> read_straggler_report(std::string_view text,
+                                                     std::vector<std::string>& problems);
 
 }  // namespace ddprun::agent

@@ -18,7 +18,7 @@ void StatusReport::set_state(const std::string& state, const std::string& detail
   detail_ = detail.size() > kMaxDetail ? detail.substr(0, kMaxDetail) : detail;
 }
 
-std::string StatusReport::document(const std::vector<RankSample>& samples) const {
+std::string StatusReport::document(const std::vector<RankSample>& samples, const StateStats* state) const {
   StatusDocument d{.host = job_.host,
                    .pid = ::getpid(),
                    .backend = config_.rdzv_backend,
@@ -29,6 +29,7 @@ std::string StatusReport::document(const std::vector<RankSample>& samples) const
                    .restarts_used = job_.restarts_done,
                    .restarts_max = config_.supervision.max_restarts,
                    .restarts_caused = restarts_caused_};
+  if (state) d.state_bytes = state->bytes_held;
   if (group_) {
     const rdzv::RendezvousInfo& r = group_->round;
     d.round = r.round;
@@ -46,6 +47,13 @@ std::string StatusReport::document(const std::vector<RankSample>& samples) const
           rank.step = beat->step;
           rank.step_time_s = beat->step_s;
           rank.before_collective_s = beat->before_collective_s;
+        }
+      }
+      if (state) {
+        for (const StateStats::Rank& held : state->ranks) {
+          if (held.rank != w.rank) continue;
+          rank.state_step = held.step;
+          rank.state_replica_step = held.replica_step;
         }
       }
       d.ranks.push_back(std::move(rank));

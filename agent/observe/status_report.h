@@ -3,6 +3,8 @@
 // people) and the group of its running round, made into its status document (status_document.h) from one
 // tick's samples of its ranks (rank_sample.h). A rank's step, step time and time before its step's first
 // collective come from its heartbeat file (null where the file has none); progress_age_s is the file's age.
+// With --state_memory, each rank's newest state version here and at the buddy, and the bytes held
+// (agent/state/state_stats.h).
 // Bounded: at most kMaxStatusRanks ranks, the detail at most 200 bytes.
 //
 // Pure: the Observer (observer.h) decides when a document is made and publishes it. Threads: the agent
@@ -15,6 +17,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/observe/rank_sample.h"
+#include "agent/state/state_stats.h"
 #include "agent/worker_group.h"
 
 namespace ddprun::agent {
@@ -33,8 +36,9 @@ class StatusReport {
   const WorkerGroup* group() const { return group_; }
   void count_caused_restart() { ++restarts_caused_; }
 
-  // The document now; `samples`: the group's ranks (one per worker, in order; empty without a group).
-  std::string document(const std::vector<RankSample>& samples) const;
+  // The document now; `samples`: the group's ranks (one per worker, in order; empty without a group);
+  // `state`: the training state's figures (nullptr without --state_memory).
+  std::string document(const std::vector<RankSample>& samples, const StateStats* state = nullptr) const;
 
  private:
   const AgentConfig& config_;

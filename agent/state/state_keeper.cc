@@ -205,12 +205,12 @@ int StateKeeper::fetch(int rank, const rdzv::Endpoint& holder, const rdzv::Store
   }
 }
 
-StateKeeper::Stats StateKeeper::stats() const {
-  Stats s;
+StateStats StateKeeper::stats() const {
+  StateStats s;
   const auto replicated = replicator_->stats().replicated;
   const auto own = StateDirectory::versions(dir_.own());
   for (int rank : local_ranks()) {
-    Stats::Rank r{.rank = rank};
+    StateStats::Rank r{.rank = rank};
     for (const auto& v : own) {
       if (v.name.rank == rank) r.step = v.name.step;
     }

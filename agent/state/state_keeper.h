@@ -39,6 +39,7 @@
 #include "agent/state/state_guard.h"
 #include "agent/state/state_peers.h"
 #include "agent/state/state_server.h"
+#include "agent/state/state_stats.h"
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/store/store.h"
 
@@ -48,17 +49,6 @@ class StateKeeper {
  public:
   static constexpr std::chrono::milliseconds kPeersWait{30000};
   static constexpr std::chrono::milliseconds kStoreTimeout{10000};
-
-  // What the job shows of it (`ddprun status`, the metrics).
-  struct Stats {
-    struct Rank {
-      int rank = 0;
-      std::optional<int64_t> step;          // its newest committed version on this node
-      std::optional<int64_t> replica_step;  // the newest one its buddy committed a copy of
-    };
-    std::vector<Rank> ranks;  // this node's ranks in the current round
-    uint64_t bytes_held = 0;  // every file of the directory
-  };
 
   // Creates config.state.dir (fresh) and its guard. `config` must outlive the keeper.
   explicit StateKeeper(const AgentConfig& config);
@@ -71,7 +61,8 @@ class StateKeeper {
   // reaches it now (RendezvousHandler::observer_store()).
   void before_spawn(const rdzv::RendezvousInfo& round, const std::optional<rdzv::StoreAccess>& store);
 
-  Stats stats() const;
+  // What the job shows of it (`ddprun status`, the metrics).
+  StateStats stats() const;
   const StateDirectory& directory() const { return dir_; }
 
  private:

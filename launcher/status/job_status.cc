@@ -56,6 +56,11 @@ std::string milliseconds_text(const json& v) {
   return buf;
 }
 
+// "96 MiB" of a byte count; "-" when unknown.
+std::string mib_value_text(const json& v) {
+  return v.is_number_unsigned() ? mib_text(v.get<uint64_t>()) : "-";
+}
+
 std::string value_text(const json& v) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.get<std::string>();
@@ -177,7 +182,9 @@ json rank_entry(const JobRecords& r, const agent::StatusDocument& d, const agent
           {"step", or_null(rank.step)},
           {"step_time_s", or_null(rank.step_time_s)},
           {"before_collective_s", or_null(rank.before_collective_s)},
-          {"straggler", rank.before_collective_s ? json(r.flagged.count(rank.rank) > 0) : json()}};
+          {"straggler", rank.before_collective_s ? json(r.flagged.count(rank.rank) > 0) : json()},
+          {"state_step", or_null(rank.state_step)},
+          {"state_replica_step", or_null(rank.state_replica_step)}};
 }
 
 std::string job_state(const JobRecords& r, bool any_failed, bool any_running) {
@@ -220,7 +227,8 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
                      {"heartbeat_age_s", d.time > 0 ? json(std::max(0.0, now - d.time)) : json()},
                      {"local_world_size", or_null(d.local_world_size)},
                      {"ranks", node_ranks},
-                     {"restarts_caused", d.restarts_caused}});
+                     {"restarts_caused", d.restarts_caused},
+                     {"state_bytes", or_null(d.state_bytes)}});
   }
   std::sort(nodes.begin(), nodes.end(), [](const json& a, const json& b) {
     const int ra = a["node_rank"].is_number() ? a["node_rank"].get<int>() : INT32_MAX;
@@ -248,17 +256,24 @@ std::string status_table(const json& s) {
   out << ", restarts " << s["restarts"]["used"].get<int>() << " of " << s["restarts"]["max"].get<int>()
       << ", " << s["nodes"].size() << " node(s), " << s["ranks"].size() << " rank(s), read at "
       << clock_text(s["time"]) << "\n\n";
+  // --state_memory's columns only for a job that keeps its training state.
+  const bool state = std::any_of(s["nodes"].begin(), s["nodes"].end(), [](const json& n) {
+    return n.contains("state_bytes") && n["state_bytes"].is_number();
+  });
   std::vector<std::vector<std::string>> rows{
       {"NODE", "HOST", "AGENT PID", "STATE", "HEARTBEAT", "LOCAL", "RANKS", "RESTARTS CAUSED", "DETAIL"}};
+  if (state) rows[0].insert(rows[0].end() - 1, "STATE HELD");
   for (const json& n : s["nodes"]) {
     rows.push_back({value_text(n["node_rank"]), value_text(n["host"]), value_text(n["agent_pid"]),
                     value_text(n["state"]), seconds_text(n["heartbeat_age_s"], " ago"),
                     value_text(n["local_world_size"]), rank_ranges(n["ranks"]),
                     value_text(n["restarts_caused"]), value_text(n["detail"])});
+    if (state) rows.back().insert(rows.back().end() - 1, mib_value_text(n["state_bytes"]));
   }
   out << columns(rows) << "\n";
   rows = {{"RANK", "NODE", "LOCAL", "HOST", "PID", "STATE", "PROGRESS", "STEP", "STEP TIME",
            "BEFORE COLLECTIVE", "STRAGGLER"}};
+  if (state) rows[0].insert(rows[0].end(), {"STATE STEP", "COPY AT BUDDY"});
   for (const json& r : s["ranks"]) {
     rows.push_back({value_text(r["rank"]), value_text(r["node_rank"]), value_text(r["local_rank"]),
                     value_text(r["host"]), value_text(r["pid"]), value_text(r["state"]),
@@ -267,6 +282,9 @@ std::string status_table(const json& s) {
                     r["straggler"] == true    ? "yes"
                     : r["straggler"] == false ? "no"
                                               : "-"});
+    if (state)
+      rows.back().insert(rows.back().end(),
+                         {value_text(r["state_step"]), value_text(r["state_replica_step"])});
   }
   out << columns(rows);
   if (s.contains("skipped") && !s["skipped"].empty()) {

@@ -7,15 +7,17 @@
 //   {"v": 1, "run_id", "endpoint", "state" (forming | running | restarting | done | failed), "round",
 //    "restarts": {"used", "max"}, "time",
 //    "nodes": [{"identity", "node_rank" (null: not in the round), "host", "agent_pid", "state", "detail",
-//               "heartbeat_age_s", "local_world_size", "ranks", "restarts_caused"}],
+//               "heartbeat_age_s", "local_world_size", "ranks", "restarts_caused", "state_bytes"}],
 //    "ranks": [{"rank", "node_rank", "local_rank", "host", "pid", "state", "progress_age_s", "step",
-//               "step_time_s", "before_collective_s", "straggler"}],
+//               "step_time_s", "before_collective_s", "straggler", "state_step", "state_replica_step"}],
 //    "skipped": ["agent <identity>: <what could not be read>", ...]}
 // A node's state is its agent's (forming, unhealthy, running, stopping, done, failed), or: lost (c10d: its
 // agent's connection to the store is gone before it finished), spare (it waits while the job runs a round
 // without it). `straggler`: true when the agent of node rank 0 flagged the rank in this round's straggler
 // report (agent/observe/straggler_watch.h), false when not, null when the rank reports no time before its
-// first collective (it cannot be compared).
+// first collective (it cannot be compared). The state_ fields (--state_memory, docs/state.md): the bytes the
+// node's state directory holds, a rank's newest committed version there and the newest its buddy holds a copy
+// of; null without --state_memory (the table shows their columns only when some node has them).
 //
 // The documents are read tolerantly (agent/observe/status_document.h): anyone who reaches an open store can
 // write them, so what cannot be read is skipped, listed under "skipped", and the rest is shown.

@@ -43,14 +43,15 @@ StatusDocument running_node(int node_rank, double slow_rank_s) {
 
 // The document of the review's reproduction: the current round, one plausible rank entry, a number as host.
 std::string strangers_document() {
-  return json{{"v", 1},
-              {"host", 42},
-              {"round", 1},
-              {"node_rank", "zero"},
-              {"ranks",
-               {{{"rank", 9}, {"step", 7}, {"before_collective_s", 5.0}, {"pid", "x"}},
-                "not a rank",
-                {{"rank", -3}}}}}
+  return json{
+      {"v", 1},
+      {"host", 42},
+      {"round", 1},
+      {"node_rank", "zero"},
+      {"ranks",
+       {{{"rank", 9}, {"step", 7}, {"before_collective_s", 5.0}, {"pid", "x"}, {"state_step", "soon"}},
+        "not a rank",
+        {{"rank", -3}}}}}
       .dump();
 }
 
@@ -72,6 +73,20 @@ TEST_CASE("status document: what the agent writes reads back", "[agent][status]"
   CHECK(back->ranks[1].rank == 3);
   CHECK(back->ranks[1].before_collective_s == 0.3);
   CHECK(back->ranks[1].step == 0u);
+  CHECK_FALSE(back->state_bytes);  // no --state_memory
+  CHECK_FALSE(back->ranks[1].state_step);
+  // --state_memory's figures.
+  StatusDocument kept = d;
+  kept.state_bytes = uint64_t{5} << 30;
+  kept.ranks[1].state_step = 1200;
+  kept.ranks[1].state_replica_step = 1190;
+  const auto k = read_status_document(status_document_text(kept), problems);
+  REQUIRE(k);
+  CHECK(problems.empty());
+  CHECK(k->state_bytes == uint64_t{5} << 30);
+  CHECK(k->ranks[1].state_step == 1200);
+  CHECK(k->ranks[1].state_replica_step == 1190);
+  CHECK_FALSE(k->ranks[0].state_replica_step);
   // Unknown values are written as null and read back as unknown.
   StatusDocument forming{.host = "h2", .state = "forming"};
   const auto f = read_status_document(status_document_text(forming), problems);
@@ -96,7 +111,8 @@ TEST_CASE("status document: a stranger's document is read as far as it can be, n
   CHECK_THAT(said, Catch::Contains("\"host\" is not a string") && Catch::Contains("\"node_rank\" is not") &&
                        Catch::Contains("ranks[1] is not an object") &&
                        Catch::Contains("ranks[2] has no rank") &&
-                       Catch::Contains("ranks[0]: \"pid\" is not an integer"));
+                       Catch::Contains("ranks[0]: \"pid\" is not an integer") &&
+                       Catch::Contains("ranks[0]: \"state_step\" is not an integer"));
 
   for (const char* text : {"", "[1,2]", "null", "{\"ranks\": 5}", "{\"ranks\": [[]], \"time\": \"soon\"}",
                            "{\"round\": 1e30, \"restarts_used\": -1.5}", "\xff\xfe"}) {

@@ -101,8 +101,10 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
                               {"step", 42},
                               {"step_time_s", 0.125},
                               {"before_collective_s", 0.2},
-                              {"straggler", false}});  // no report: nobody flagged
-  CHECK(s["ranks"][0]["straggler"].is_null());         // no time: cannot be compared
+                              {"straggler", false},
+                              {"state_step", nullptr},            // no --state_memory
+                              {"state_replica_step", nullptr}});  // no report: nobody flagged
+  CHECK(s["ranks"][0]["straggler"].is_null());                    // no time: cannot be compared
 
   // Node rank 0's straggler report flags rank 3 in this round; one of an earlier round is ignored.
   keys.publish_stragglers(reader, json{{"v", 1}, {"round", 0}, {"ranks", {{{"rank", 2}}}}}.dump());
@@ -123,6 +125,7 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
                  "job job7 at h0:29400: running, round 1, restarts 1 of 3, 3 node(s), 4 rank(s), read at "));
   CHECK_THAT(table, Catch::Contains("spare"));
   CHECK_THAT(table, Catch::Contains("0.125 s"));
+  CHECK_THAT(table, !Catch::Contains("STATE"));  // no --state_memory: no columns of it
 
   // A node that stands aside as unhealthy deletes its own live key (c10d): it is unhealthy, not lost.
   Agent sick(server.port(), "h3:4003", doc("unhealthy", -1, 3, 0, 0));
@@ -147,6 +150,32 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
   CHECK(s["nodes"][1]["state"] == "done");
   keys.publish_status(b.c, b.id, doc("failed", 1, 1, 1, 0).dump(), b.registered);
   CHECK(launcher::read_job_status(reader, kRun, "h0:29400")["state"] == "failed");
+}
+
+TEST_CASE("job status: --state_memory's figures, per node and per rank", "[launcher][status]") {
+  rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1"});
+  json d0 = doc("running", 1, 0, 0, 0), d1 = doc("running", 1, 1, 0, 0);
+  for (json* d : {&d0, &d1}) {
+    (*d)["state_bytes"] = 3 << 20;
+    for (json& r : (*d)["ranks"]) {
+      r["state_step"] = 1200;
+      r["state_replica_step"] = r["rank"] == 3 ? json() : json(1190);  // rank 3's copy not there yet
+    }
+  }
+  Agent a(server.port(), "h0:4000", d0), b(server.port(), "h1:4001", d1);
+  rdzv::StoreClient reader("127.0.0.1", server.port());
+  const json s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["nodes"][1]["state_bytes"] == 3 << 20);
+  CHECK(s["ranks"][2]["state_step"] == 1200);
+  CHECK(s["ranks"][2]["state_replica_step"] == 1190);
+  CHECK(s["ranks"][3]["state_replica_step"].is_null());
+  const std::string table = launcher::status_table(s);
+  CHECK_THAT(table, Catch::Contains("STATE HELD") && Catch::Contains("STATE STEP") &&
+                        Catch::Contains("COPY AT BUDDY") && Catch::Contains("3 MiB"));
+  const std::string rank3 = table.substr(table.rfind("\n3 "));
+  CHECK_THAT(rank3, Catch::Contains(" 1200 ") && Catch::EndsWith(" -\n"));
+  const std::string rank2 = table.substr(table.rfind("\n2 "));
+  CHECK_THAT(rank2, Catch::Contains(" 1200 ") && Catch::EndsWith(" 1190\n"));
 }
 
 TEST_CASE("job status: a stranger's document is skipped where unreadable, the job shown",
