@@ -73,6 +73,22 @@ TEST_CASE("metrics server: /metrics, /healthz, /readyz, and nothing else", "[age
                        Catch::Contains("ddprun_straggler_episodes_total 1\n"));
   CHECK_THAT(body, !Catch::Contains("ddprun_straggler{"));
 
+  // --state_memory: a rank's series go when it is no longer this node's (another round); a rank without a
+  // copy at the buddy has no replica series.
+  metrics.refresh_state(StateStats{
+      .ranks = {{.rank = 2, .step = 40, .replica_step = 30}, {.rank = 3, .step = 40}}, .bytes_held = 4096});
+  body = std::get<2>(request(server.port(), http::verb::get, "/metrics"));
+  CHECK_THAT(body, Catch::Contains("ddprun_state_step{rank=\"2\"} 40\n") &&
+                       Catch::Contains("ddprun_state_step{rank=\"3\"} 40\n") &&
+                       Catch::Contains("ddprun_state_replica_step{rank=\"2\"} 30\n") &&
+                       Catch::Contains("ddprun_state_bytes 4096\n"));
+  CHECK_THAT(body, !Catch::Contains("ddprun_state_replica_step{rank=\"3\"}"));
+  metrics.refresh_state(StateStats{.ranks = {{.rank = 0, .step = 50}}, .bytes_held = 8192});
+  body = std::get<2>(request(server.port(), http::verb::get, "/metrics"));
+  CHECK_THAT(body, Catch::Contains("ddprun_state_step{rank=\"0\"} 50\n") &&
+                       !Catch::Contains("ddprun_state_step{rank=\"2\"}") &&
+                       !Catch::Contains("ddprun_state_replica_step{rank="));
+
   CHECK(std::get<0>(request(server.port(), http::verb::get, "/healthz")) == 200);
   CHECK(std::get<0>(request(server.port(), http::verb::get, "/readyz")) == 503);
   ready = true;
