@@ -40,11 +40,11 @@ int stack_dump_signal() {
 }
 
 uint64_t StatePolicy::own_quota(int local_world_size) const {
-  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 5 * 3;
+  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 2;
 }
 
 uint64_t StatePolicy::replica_quota(int local_world_size) const {
-  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 5 * 2;
+  return memory / static_cast<uint64_t>(std::max(local_world_size, 1)) / 2;
 }
 
 }  // namespace ddprun::agent

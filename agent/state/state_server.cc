@@ -177,7 +177,7 @@ void StateServer::put(StateConnection& c, const StateMessage& m) {
   if (m.bytes > replica_bytes_) {
     const std::string why = "a copy of " + mib_text(m.bytes) +
                             " is more than this node keeps for one rank (" + mib_text(replica_bytes_) +
-                            ": 2/5 of its --state_memory share per local rank)";
+                            ": half of its --state_memory share per local rank)";
     c.send(StateMessage{.kind = Kind::kError, .text = why});
     throw StateTransferError("refused rank " + std::to_string(m.rank) + "'s step " + std::to_string(m.step) +
                              " from " + c.peer() + ": " + why);
@@ -190,7 +190,9 @@ void StateServer::put(StateConnection& c, const StateMessage& m) {
     c.send(StateMessage{.kind = Kind::kError, .text = why});
     return;
   }
-  StateDirectory::prune(dir_.replica(), m.rank, 1);
+  // The two newest: a node's ranks are copied one after the other, and the node may be lost between; its
+  // ranks restored from here must still have a step in common (the one before).
+  StateDirectory::prune(dir_.replica(), m.rank, 2);
   ++copies_;
   bytes_ += m.bytes;
   c.send(StateMessage{.kind = Kind::kOk});

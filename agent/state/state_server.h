@@ -1,7 +1,7 @@
 // StateServer: the agent's end of the copies of training state (agent/state/state_wire.h). It keeps, in the
-// replica/ directory of its StateDirectory, the versions its buddy's agent puts (one committed per rank, and
-// the one arriving: a copy is committed, by rename, only when its CRC-32C matches the sender's and its
-// manifest names the rank and step it was sent as), and serves the versions it holds of a rank (replica/
+// replica/ directory of its StateDirectory, the versions its buddy's agent puts (the two newest committed per
+// rank, and the one arriving: a copy is committed, by rename, only when its CRC-32C matches the sender's and
+// its manifest names the rank and step it was sent as), and serves the versions it holds of a rank (replica/
 // first, else own/) to an agent that restores it.
 //
 // Listens on every interface (IPv6 and IPv4), or `bind_host` when it is an address, on a free port. With

@@ -159,7 +159,7 @@ TEST_CASE("worker_launches: --state_memory gives the directory, each rank's shar
   c.base_env["PYTHONPATH"] = "/site";
   Env state = env_of(c);
   CHECK(state.at("DDPRUN_STATE_DIR") == "/dev/shm/ddprun-state-42/own");
-  CHECK(state.at("DDPRUN_STATE_QUOTA") == std::to_string((100 << 20) / 2 / 5 * 3));  // 3/5 of its half
+  CHECK(state.at("DDPRUN_STATE_QUOTA") == std::to_string((100 << 20) / 2 / 2));  // half of its half
   CHECK(state.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
   c.supervision.hang_timeout = std::chrono::seconds(30);  // the stack hook's directory too: named once
   CHECK(env_of(c).at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");

@@ -96,7 +96,7 @@ class StateAgent(IntegrationTestCase):
                 env = json.load(f)
             self.assertTrue(env["DDPRUN_STATE_DIR"].startswith(self.path("shm", "ddprun-state-")), env)
             self.assertTrue(env["DDPRUN_STATE_DIR"].endswith("/own"), env)
-            self.assertEqual(env["DDPRUN_STATE_QUOTA"], str((10 << 20) // 2 // 5 * 3))
+            self.assertEqual(env["DDPRUN_STATE_QUOTA"], str((10 << 20) // 2 // 2))  # half of its share: its own three versions
             self.assertTrue(env["MODULE"].endswith("python_hooks/ddprun/state.py"), env)
             self.assertIs(env["ENABLED"], True)
         self.assertEqual(os.listdir(self.path("shm")), [], "the state directory outlived the job")

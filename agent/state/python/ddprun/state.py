@@ -281,7 +281,7 @@ def _no_room(step, rank, total, kept, quota):
         f"ddprun.state.save(step={step}): rank {rank}'s version takes {_mib(total)} and the versions it keeps "
         f"meanwhile {_mib(kept)}; --state_memory gives each of this node's {nproc} local ranks {_mib(quota)} for "
         f"its own versions (three: two committed, one being written; the buddy's copies take the rest). Start "
-        f"ddprun with --state_memory {-(-5 * nproc * total // (1 << 20))}M or more (5 x {nproc} local ranks x "
+        f"ddprun with --state_memory {-(-6 * nproc * total // (1 << 20))}M or more (6 x {nproc} local ranks x "
         f"{_mib(total)}; docs/state.md, Memory)")
 
 
