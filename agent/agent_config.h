@@ -88,9 +88,10 @@ struct StatePolicy {
                                // towards the store
 
   bool enabled() const { return memory > 0; }
-  // The bytes each local rank's own versions may hold (DDPRUN_STATE_QUOTA): 3/5 of its share of memory (three
-  // versions: two committed, one being written), the rest for two of the buddy's (one committed, one
-  // arriving).
+  // The bytes each local rank's own versions may hold (DDPRUN_STATE_QUOTA): half of its share of memory
+  // (three versions: two committed, one being written); the other half for three of the buddy's (two
+  // committed, one arriving: two, so that the ranks of a lost node restored from the buddy still share a step
+  // when the copy of the newest one had reached the buddy for some of them only).
   uint64_t own_quota(int local_world_size) const;
   uint64_t replica_quota(int local_world_size) const;
 };
