@@ -240,6 +240,7 @@ std::string details(const WorkerFailure& f) {
     out << "  stacks    :\n";
     indented_lines(out, f.stacks);
   }
+  if (!f.nccl_trace.empty()) out << "  nccl trace: " << f.nccl_trace << " (torch's NCCL flight recorder)\n";
   if (f.error_file.empty() && !f.traceback.empty()) {
     out << "  stderr    : (its last lines)\n";
     indented_lines(out, f.traceback);

@@ -343,6 +343,17 @@ TEST_CASE("format_failure_summary: ddprun's details come after torch's block") {
           "    rank 2: main (t.py:3)\n"
           "    ranks 0,1: wait (t.py:9)\n");
   }
+  SECTION("the NCCL flight recorder's dump a rank left is named, before its stderr tail") {
+    WorkerFailure f = exited(0, 0, 700, 0, 6, kT0);
+    f.nccl_trace = "/logs/run/attempt_0/0/nccl_trace_rank_0";
+    f.traceback = "Watchdog caught collective operation timeout\n";
+    CHECK(format_failure_summary({f}, "t.py", kHost)
+              .ends_with(
+                  "=\nddprun: more on these failures:\n[0]: rank 0 (local_rank: 0)\n"
+                  "  nccl trace: /logs/run/attempt_0/0/nccl_trace_rank_0 (torch's NCCL flight recorder)\n"
+                  "  stderr    : (its last lines)\n"
+                  "    Watchdog caught collective operation timeout\n"));
+  }
   SECTION("an error file's message is in its traceback already; a note in front of it is not") {
     TempDir dir;
     WorkerFailure f = recorded(dir, 1, 1001, record_json(1, "1700000000"), "/tmp/g/e1.json");
