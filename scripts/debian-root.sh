@@ -96,9 +96,12 @@ debian_root_run() {
   done
   (($# > 1)) || debian_root_die "usage: debian_root_run ROOT DIR... -- CMD [ARGS...]"
   shift
+  # chroot lives in /usr/sbin, which the caller's PATH may leave out.
+  local chroot
+  chroot=$(PATH=$PATH:/usr/sbin:/sbin command -v chroot) || debian_root_die "no chroot program (coreutils)"
   # Inside a fresh mount namespace: bind the host paths, then chroot, cd and exec (PID unchanged).
   exec unshare --mount --propagation private -- /bin/sh -c '
-    root=$1; cwd=$2; overlay=$3; shift 3
+    root=$1; cwd=$2; overlay=$3; chroot=$4; shift 4
     if [ -n "$overlay" ]; then
       mkdir -p "$overlay/upper" "$overlay/work" "$overlay/merged" || exit 125
       mount -t overlay overlay -o "lowerdir=$root,upperdir=$overlay/upper,workdir=$overlay/work" \
@@ -112,8 +115,11 @@ debian_root_run() {
       shift
     done
     shift
-    mount --bind /etc/hosts "$root/etc/hosts" 2>/dev/null || true
-    mount --bind /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-    exec chroot "$root" /bin/sh -c '\''cd "$1" || exit 125; shift; exec "$@"'\'' sh "$cwd" "$@"
-  ' sh "$root" "$PWD" "${DEBIAN_ROOT_OVERLAY:-}" "${binds[@]}" -- "$@"
+    # A minbase root may have no /etc/hosts (Debian 11 and 12): an empty one to bind the host'\''s onto.
+    for f in /etc/hosts /etc/resolv.conf; do
+      [ -e "$root$f" ] || : >"$root$f" 2>/dev/null
+      mount --bind "$f" "$root$f" 2>/dev/null || true
+    done
+    exec "$chroot" "$root" /bin/sh -c '\''cd "$1" || exit 125; shift; exec "$@"'\'' sh "$cwd" "$@"
+  ' sh "$root" "$PWD" "${DEBIAN_ROOT_OVERLAY:-}" "$chroot" "${binds[@]}" -- "$@"
 }
