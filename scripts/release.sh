@@ -15,6 +15,7 @@
 #   scripts/release.sh roots     make (or check) every root and the image's base: a warm cache for `ci`
 #   scripts/release.sh ci        what CI runs (scripts/test.sh): `all` then `test`, but only from a warm cache
 #                                or when the change touches the release (see ci_decision); else says why not
+#   scripts/release.sh decide    prints ci's decision ("run: WHY" or "skip: WHY") and does nothing else
 #
 # How: a Debian 11 (bullseye, glibc 2.31) root made with debootstrap from this machine's apt mirror (as the
 # torch 2.6 root is: scripts/debian-root.sh) is the sysroot of the host's clang (packaging/portable-toolchain.cmake);
@@ -436,16 +437,17 @@ ci_decision() {
   stamped "$test11_root/.ddprun-stamp" "$test11_stamp" || cold+=("the Debian 11 test root")
   stamped "$test12_root/.ddprun-stamp" "$test12_stamp" || cold+=("the Debian 12 test root")
   compgen -G "$cache/pip/pip-*.whl" >/dev/null || cold+=("pip for Debian 13")
-  if command -v podman >/dev/null; then
-    (podman_env && podman image exists "$(image_base_tag)") || cold+=("the image's base")
-  else
+  if ! command -v podman >/dev/null; then
     cold+=("podman")
+  elif [[ ! -f $podman_dir/storage.conf ]] || ! (podman_env && podman image exists "$(image_base_tag)"); then
+    cold+=("the image's base")
   fi
   if ((${#cold[@]} == 0)); then
     echo "run: the release cache is warm ($cache)"
   else
-    local IFS=,
-    echo "skip: cold release cache (missing: ${cold[*]}) and no change to the release since ${base:0:12}"
+    local missing
+    missing=$(printf '%s, ' "${cold[@]}")
+    echo "skip: cold release cache (missing: ${missing%, }) and no change to the release since ${base:0:12}"
   fi
 }
 
@@ -466,6 +468,7 @@ case ${1:-all} in
     shift
     run_tests "$@"
     ;;
+  decide) ci_decision ;;
   ci)
     decision=$(ci_decision)
     say "release tier: $decision"
@@ -475,5 +478,5 @@ case ${1:-all} in
     fi
     ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "unknown command '$1' (all, build, check-elf, test, roots, ci; --help)" ;;
+  *) die "unknown command '$1' (all, build, check-elf, test, roots, ci, decide; --help)" ;;
 esac
