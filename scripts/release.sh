@@ -14,7 +14,7 @@
 #   scripts/release.sh test      the install tests: ctest -L release in build-release/ (tests/release/)
 #   scripts/release.sh roots     make (or check) every root and the image's base: a warm cache for `ci`
 #   scripts/release.sh ci        what CI runs (scripts/test.sh): `all` then `test`, but only from a warm cache
-#                                or when the change touches the release (see ci_decision); else says why not
+#                                (see ci_decision); else one line saying what is cold and how to run it
 #   scripts/release.sh decide    prints ci's decision ("run: WHY" or "skip: WHY") and does nothing else
 #
 # How: a Debian 11 (bullseye, glibc 2.31) root made with debootstrap from this machine's apt mirror (as the
@@ -32,8 +32,8 @@
 # is $DDPRUN_CCACHE_DIR (as root: /var/cache/ddprun/ccache). Builds run under nice -n 10.
 #
 # Environment: DDPRUN_RELEASE_CACHE, DDPRUN_RELEASE_DIST (default dist), DDPRUN_RELEASE_BUILD (default
-# build-release), DDPRUN_BUILD_COMMIT (the commit to name when there is no .git), DDPRUN_RELEASE_BASE (ci: the
-# revision a change is measured from), DDPRUN_DEBIAN_MIRROR (scripts/debian-root.sh).
+# build-release), DDPRUN_BUILD_COMMIT (the commit to name when there is no .git), DDPRUN_DEBIAN_MIRROR
+# (scripts/debian-root.sh).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -249,9 +249,8 @@ stage_programs() {
 
 stage_docs() {
   mkdir -p "$1"
-  cp "$repo/README.md" "$1/"
+  cp "$repo/README.md" "$repo/LICENSE" "$1/"
   cp -r "$repo/docs" "$1/docs"
-  [[ -f $repo/LICENSE ]] && cp "$repo/LICENSE" "$1/"
   cp "$repo/packaging/README.md" "$1/PACKAGING.md"
 }
 
@@ -261,8 +260,9 @@ make_tarball() {
   mkdir -p "$stage"
   stage_programs "$stage/bin"
   stage_docs "$stage/share/doc/ddprun"
+  cp "$repo/LICENSE" "$stage/LICENSE"
   printf '%s\n' "ddprun $v" "commit $(build_commit)" >"$stage/VERSION"
-  (cd "$stage" && find bin share VERSION -type f -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
+  (cd "$stage" && find bin share VERSION LICENSE -type f -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
   tar -C "$work" --owner=0 --group=0 --numeric-owner -czf "$dist/$name.tar.gz" "$name"
 }
 
@@ -273,8 +273,7 @@ make_wheel() {
   mkdir -p "$stage/scripts"
   stage_programs "$stage/scripts"
   rm "$stage/scripts/ddprun-launch" # a wheel holds no links: ddprun-launch is an entry point (setup.py)
-  cp "$repo/README.md" "$stage/README.md"
-  [[ -f $repo/LICENSE ]] && cp "$repo/LICENSE" "$stage/LICENSE"
+  cp "$repo/README.md" "$repo/LICENSE" "$stage/" # LICENSE: the wheel's .dist-info (license-files)
   printf 'VERSION = "%s"\nCOMMIT = "%s"\n' "$v" "$(build_commit)" >"$stage/ddprun/_build.py"
   (cd "$stage" && DDPRUN_WHEEL_VERSION=$v /usr/bin/python3 -m build --wheel --no-isolation --outdir "$dist" . \
     >"$work/wheel.log" 2>&1) || die "building the wheel failed (log: $work/wheel.log): $(tail -n 5 "$work/wheel.log")"
@@ -285,7 +284,13 @@ make_deb() {
   mkdir -p "$stage/DEBIAN" "$stage/usr/bin"
   stage_programs "$stage/usr/bin"
   stage_docs "$stage/usr/share/doc/ddprun"
-  cp "$repo/packaging/debian/copyright" "$stage/usr/share/doc/ddprun/copyright"
+  # Debian's copyright file (machine-readable format): packaging/debian/copyright, then LICENSE's full text as
+  # the BSD-3-Clause stanza (blank lines as " .").
+  { cat "$repo/packaging/debian/copyright"
+    echo
+    echo "License: BSD-3-Clause"
+    sed -e 's/^$/./' -e 's/^/ /' "$repo/LICENSE"
+  } >"$stage/usr/share/doc/ddprun/copyright"
   local size
   size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
   sed -e "s/@VERSION@/$v/" -e "s/@SIZE@/$size/" -e "s/@COMMIT@/$(build_commit)/" \
@@ -361,6 +366,7 @@ release_all() {
   local started=$SECONDS v
   v=$(version)
   [[ -n $v ]] || die "no version in $repo/CMakeLists.txt (project(ddprun VERSION x.y.z))"
+  [[ -f $repo/LICENSE ]] || die "no $repo/LICENSE: every artifact carries the license"
   need_root "the release"
   portable_build
   local built=$SECONDS
@@ -408,30 +414,14 @@ run_tests() {
 }
 
 ci_decision() {
-  # Prints "run: WHY" or "skip: WHY". The release tier runs in CI when its cache is warm (every root, the
-  # dependencies and the image's base already made: then it costs the portable build, mostly compiler-cache hits,
-  # the artifacts and the tests), or when the change touches the release (packaging/, scripts/release.sh,
-  # scripts/debian-root.sh, tests/release/; committed or not) since the base revision: $DDPRUN_RELEASE_BASE, else
-  # the merge base with main (origin/main), else, on main itself, HEAD's first parent (a merge: the whole branch).
-  # Otherwise it is skipped: a cold cache costs ~15 minutes of debootstrap and dependency builds on 2 cores.
-  local base changed cold=() head
-  base=${DDPRUN_RELEASE_BASE:-}
-  if [[ -z $base ]]; then
-    head=$(git -C "$repo" rev-parse -q --verify HEAD 2>/dev/null || true)
-    base=$(git -C "$repo" merge-base HEAD main 2>/dev/null || git -C "$repo" merge-base HEAD origin/main 2>/dev/null ||
-      true)
-    if [[ -z $base || $base == "$head" ]]; then
-      base=$(git -C "$repo" rev-parse -q --verify HEAD^ 2>/dev/null || true)
-    fi
-  fi
-  if [[ -n $base ]]; then
-    changed=$(git -C "$repo" diff --name-only "$base" -- packaging scripts/release.sh scripts/debian-root.sh \
-      tests/release 2>/dev/null | head -n 3 | tr '\n' ' ')
-    if [[ -n $changed ]]; then
-      echo "run: the change touches the release since ${base:0:12} ($changed)"
-      return
-    fi
-  fi
+  # Prints "run: WHY" or "skip: WHY". CI starts on a fresh clone, maybe on a bare machine, and its budget has no
+  # room for a cold release (~25-35 minutes of debootstrap, dependency builds and a cold portable build on 2 cores):
+  # the release tier runs in CI only from a warm cache, whatever the change touches. Warm: run as root (debootstrap,
+  # chroot, podman), podman installed, and every root, the dependencies, Debian 13's pip wheel and the image's base
+  # image made under $cache with current stamps (scripts/release.sh all, then test, or roots, makes them). Then it
+  # costs the portable build (compiler-cache hits for what did not change), the artifacts and the four tests.
+  local cold=()
+  [[ $(id -u) -eq 0 ]] || cold+=("root (it runs as uid $(id -u))")
   stamped "$build_root/.ddprun-stamp" "$build_root_stamp" || cold+=("the build root")
   stamped "$build_root/usr/local/.ddprun-deps" "$deps_stamp_text" || cold+=("its dependencies")
   stamped "$test11_root/.ddprun-stamp" "$test11_stamp" || cold+=("the Debian 11 test root")
@@ -439,7 +429,7 @@ ci_decision() {
   compgen -G "$cache/pip/pip-*.whl" >/dev/null || cold+=("pip for Debian 13")
   if ! command -v podman >/dev/null; then
     cold+=("podman")
-  elif [[ ! -f $podman_dir/storage.conf ]] || ! (podman_env && podman image exists "$(image_base_tag)"); then
+  elif [[ ! -f $podman_dir/storage.conf ]] || ! (podman_env && podman image exists "$(image_base_tag)" 2>/dev/null); then
     cold+=("the image's base")
   fi
   if ((${#cold[@]} == 0)); then
@@ -447,7 +437,8 @@ ci_decision() {
   else
     local missing
     missing=$(printf '%s, ' "${cold[@]}")
-    echo "skip: cold release cache (missing: ${missing%, }) and no change to the release since ${base:0:12}"
+    echo "skip: the release cache is cold (missing: ${missing%, }); run the release tier with" \
+      "'scripts/release.sh all && scripts/release.sh test' as root (~30 min cold; it warms $cache for CI)"
   fi
 }
 

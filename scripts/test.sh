@@ -6,8 +6,8 @@
 #                                   machine can run (unit, integration, interop, netns, Slurm, torch 2.6, the
 #                                   SDK in the torch 2.6 root), a bounded libFuzzer run, and the release tier
 #                                   (scripts/release.sh ci: the portable build, the four artifacts and their
-#                                   install tests, only from a warm release cache or when the change touches the
-#                                   release; packaging/README.md)
+#                                   install tests, only from a warm release cache; else one line says what is
+#                                   cold and how to run it; packaging/README.md)
 #   scripts/test.sh --quick         the everyday tier, after every change: unit tests and the integration tests
 #                                   that need no network namespaces, Slurm, torch 2.6 root or long torch jobs
 #                                   (ctest -LE 'netns|slurm|torch26|slow|fuzz'); a couple of minutes warm

@@ -52,6 +52,11 @@ def readme_install_line(artifact):
     return lines[0]
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def torch26_root():
     out = subprocess.run([os.path.join(REPO, "scripts", "torch26-root.sh"), "path"], capture_output=True, text=True,
                          timeout=30)

@@ -7,7 +7,8 @@ import os
 import shutil
 import unittest
 
-from release_testlib import CONTRACT_WORKER, DEBIAN11, DEBIAN12, ReleaseTestCase, readme_install_line, torch26_root
+from release_testlib import (CONTRACT_WORKER, DEBIAN11, DEBIAN12, REPO, ReleaseTestCase, read_bytes,
+                             readme_install_line, torch26_root)
 
 
 class Deb(ReleaseTestCase):
@@ -33,6 +34,11 @@ class Deb(ReleaseTestCase):
         files = run(["dpkg-query", "-L", "ddprun"]).stdout.split()
         self.assertIn("/usr/bin/ddprun-launch", files)
         self.assertNotIn("/usr/bin/torchrun", files)
+        # Debian's copyright file holds the license's full text (LICENSE's lines, as a License stanza).
+        copyright_text = run(["cat", "/usr/share/doc/ddprun/copyright"]).stdout
+        self.assertIn("\nLicense: BSD-3-Clause\n BSD 3-Clause License\n .\n", copyright_text)
+        for line in read_bytes(os.path.join(REPO, "LICENSE")).decode().splitlines():
+            self.assertIn(f" {line}" if line else " .", copyright_text.splitlines())
         out_dir = os.path.join(self.tmp, "out-" + os.path.basename(root))
         os.mkdir(out_dir)
         run(["ddprun", "--standalone", "--nproc_per_node", "2", CONTRACT_WORKER, out_dir, "1", "2"])

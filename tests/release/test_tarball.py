@@ -10,8 +10,8 @@ import shutil
 import subprocess
 import unittest
 
-from release_testlib import (CONTRACT_WORKER, DEBIAN11, REPO, ReleaseTestCase, free_port, readme_install_line,
-                             version)
+from release_testlib import (CONTRACT_WORKER, DEBIAN11, REPO, ReleaseTestCase, free_port, read_bytes,
+                             readme_install_line, version)
 
 
 class Tarball(ReleaseTestCase):
@@ -28,8 +28,10 @@ class Tarball(ReleaseTestCase):
     def test_contents_and_checksums(self):
         self.assertEqual(sorted(os.listdir(self.bin)), ["ddprun", "ddprun-launch", "ddprun-store"])
         self.assertEqual(os.readlink(os.path.join(self.bin, "ddprun-launch")), "ddprun")
-        for doc in ("README.md", "docs/cli.md", "docs/kubernetes.md"):
+        for doc in ("README.md", "LICENSE", "docs/cli.md", "docs/kubernetes.md"):
             self.assertTrue(os.path.isfile(os.path.join(self.top, "share", "doc", "ddprun", doc)), doc)
+        # The license, at the top as well: the repository's own LICENSE, byte for byte.
+        self.assertEqual(read_bytes(os.path.join(self.top, "LICENSE")), read_bytes(os.path.join(REPO, "LICENSE")))
         out = self.in_root(DEBIAN11, ["sh", "-c", f'cd "{self.top}" && sha256sum --quiet -c SHA256SUMS'])
         self.assertEqual(out.stdout, "")
         # The root really is glibc 2.31 (what the tarball promises to run on).

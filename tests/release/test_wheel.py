@@ -8,7 +8,8 @@ import os
 import shutil
 import unittest
 
-from release_testlib import CACHE, DDP_TRAIN, JOB_TIMEOUT, ReleaseTestCase, readme_install_line, torch26_root
+from release_testlib import (CACHE, DDP_TRAIN, JOB_TIMEOUT, REPO, ReleaseTestCase, read_bytes, readme_install_line,
+                             torch26_root)
 
 
 class Wheel(ReleaseTestCase):
@@ -40,6 +41,11 @@ class Wheel(ReleaseTestCase):
                       env_extra={"PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1"})
         for program in ("ddprun", "ddprun-store", "ddprun-launch"):
             self.assertTrue(os.access(self.bin(program), os.X_OK), program)
+        # The license in the installed .dist-info (the wheel's license-files), as pip records it.
+        licenses = glob.glob(os.path.join(self.venv, "lib", "python3*", "site-packages", "ddprun-*.dist-info",
+                                          "**", "LICENSE"), recursive=True)
+        self.assertEqual(len(licenses), 1, f"one LICENSE in ddprun's .dist-info: {licenses}")
+        self.assertEqual(read_bytes(licenses[0]), read_bytes(os.path.join(REPO, "LICENSE")))
         self.assertFalse(os.path.lexists(self.bin("torchrun")), "the wheel must not shadow torch's torchrun")
         line = self.version_line()
         self.assertEqual(self.run_root(["ddprun", "--version"]).stdout.strip(), line)
