@@ -9,6 +9,7 @@
 #                                                               python3-torch and ddprun; `torchrun` is ddprun
 #
 #   scripts/release.sh [all]     everything above (needs root: debootstrap, chroot, podman)
+#   scripts/release.sh tarball   the portable build and the tarball alone (from a warm cache: about a minute)
 #   scripts/release.sh build     the portable programs only (build-release/), with the ELF check
 #   scripts/release.sh check-elf FILE...   the ELF check alone (below)
 #   scripts/release.sh test      the install tests: ctest -L release in build-release/ (tests/release/)
@@ -363,7 +364,8 @@ make_image() {
 }
 
 release_all() {
-  local started=$SECONDS v
+  # release_all [tarball]: every artifact, or the tarball alone (the quick way to carry bin/ to another machine).
+  local only=${1:-} started=$SECONDS v
   v=$(version)
   [[ -n $v ]] || die "no version in $repo/CMakeLists.txt (project(ddprun VERSION x.y.z))"
   [[ -f $repo/LICENSE ]] || die "no $repo/LICENSE: every artifact carries the license"
@@ -373,17 +375,20 @@ release_all() {
   mkdir -p "$dist"
   work=$(mktemp -d "$build/stage.XXXXXX")
   trap 'rm -rf "$work"' EXIT
+  local made=("ddprun-$v-linux-x86_64.tar.gz")
   say "tarball"
   make_tarball "$v"
-  say "wheel"
-  make_wheel "$v"
-  say ".deb"
-  make_deb "$v"
-  say "image"
-  make_image "$v"
+  if [[ $only != tarball ]]; then
+    say "wheel"
+    make_wheel "$v"
+    say ".deb"
+    make_deb "$v"
+    say "image"
+    make_image "$v"
+    made+=("ddprun-$v-py3-none-manylinux_2_31_x86_64.whl" "ddprun_${v}_amd64.deb" "ddprun-$v-image.tar")
+  fi
   say "done: build $((built - started)) s, artifacts $((SECONDS - built)) s; ddprun $v (commit $(build_commit))"
-  (cd "$dist" && ls -l "ddprun-$v-linux-x86_64.tar.gz" "ddprun-$v-py3-none-manylinux_2_31_x86_64.whl" \
-    "ddprun_${v}_amd64.deb" "ddprun-$v-image.tar") >&2
+  (cd "$dist" && ls -l "${made[@]}") >&2
 }
 
 # ---- the install tests and CI's decision ----------------------------------------------------------------------
@@ -444,6 +449,7 @@ ci_decision() {
 
 case ${1:-all} in
   all) release_all ;;
+  tarball) release_all tarball ;;
   build) portable_build ;;
   roots)
     ensure_build_root
@@ -469,5 +475,5 @@ case ${1:-all} in
     fi
     ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "unknown command '$1' (all, build, check-elf, test, roots, ci, decide; --help)" ;;
+  *) die "unknown command '$1' (all, tarball, build, check-elf, test, roots, ci, decide; --help)" ;;
 esac
