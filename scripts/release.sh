@@ -255,12 +255,20 @@ stage_docs() {
   cp "$repo/packaging/README.md" "$1/PACKAGING.md"
 }
 
+stage_shim() {
+  # The libuv shim for Debian 13's python3-torch (docs/migrating-from-torchrun.md), not installed: README.md's
+  # "Run your train.py" says how to put it in place.
+  mkdir -p "$1"
+  cp "$repo/scripts/torch26/ddprun_torch_no_libuv.py" "$1/"
+}
+
 make_tarball() {
   local v=$1 name="ddprun-$1-linux-x86_64"
   local stage=$work/$name
   mkdir -p "$stage"
   stage_programs "$stage/bin"
   stage_docs "$stage/share/doc/ddprun"
+  stage_shim "$stage/share/ddprun"
   cp "$repo/LICENSE" "$stage/LICENSE"
   printf '%s\n' "ddprun $v" "commit $(build_commit)" >"$stage/VERSION"
   (cd "$stage" && find bin share VERSION LICENSE -type f -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
@@ -285,6 +293,7 @@ make_deb() {
   mkdir -p "$stage/DEBIAN" "$stage/usr/bin"
   stage_programs "$stage/usr/bin"
   stage_docs "$stage/usr/share/doc/ddprun"
+  stage_shim "$stage/usr/share/ddprun"
   # Debian's copyright file (machine-readable format): packaging/debian/copyright, then LICENSE's full text as
   # the BSD-3-Clause stanza (blank lines as " .").
   { cat "$repo/packaging/debian/copyright"

@@ -34,6 +34,7 @@ class Deb(ReleaseTestCase):
         files = run(["dpkg-query", "-L", "ddprun"]).stdout.split()
         self.assertIn("/usr/bin/ddprun-launch", files)
         self.assertNotIn("/usr/bin/torchrun", files)
+        self.assertIn("/usr/share/ddprun/ddprun_torch_no_libuv.py", files)  # the shim, not put in place
         # Debian's copyright file holds the license's full text (LICENSE's lines, as a License stanza).
         copyright_text = run(["cat", "/usr/share/doc/ddprun/copyright"]).stdout
         self.assertIn("\nLicense: BSD-3-Clause\n BSD 3-Clause License\n .\n", copyright_text)

@@ -30,6 +30,9 @@ class Tarball(ReleaseTestCase):
         self.assertEqual(os.readlink(os.path.join(self.bin, "ddprun-launch")), "ddprun")
         for doc in ("README.md", "LICENSE", "docs/cli.md", "docs/kubernetes.md"):
             self.assertTrue(os.path.isfile(os.path.join(self.top, "share", "doc", "ddprun", doc)), doc)
+        # The libuv shim for Debian 13's torch (README.md's "Run your train.py"), as the repository has it.
+        self.assertEqual(read_bytes(os.path.join(self.top, "share", "ddprun", "ddprun_torch_no_libuv.py")),
+                         read_bytes(os.path.join(REPO, "scripts", "torch26", "ddprun_torch_no_libuv.py")))
         # The license, at the top as well: the repository's own LICENSE, byte for byte.
         self.assertEqual(read_bytes(os.path.join(self.top, "LICENSE")), read_bytes(os.path.join(REPO, "LICENSE")))
         out = self.in_root(DEBIAN11, ["sh", "-c", f'cd "{self.top}" && sha256sum --quiet -c SHA256SUMS'])
