@@ -68,6 +68,10 @@ deps_suite=bookworm
 deps_sources=(fmtlib spdlog prometheus-cpp)
 deps_headers=(libcli11-dev nlohmann-json3-dev)
 deps_stamp_text="deps-v1 ${deps_sources[*]} ${deps_headers[*]} $(cksum <"$repo/packaging/portable-toolchain.cmake")"
+# What the portable programs are compiled from (not the docs, tests or scripts) and where a portable build records
+# its digest: ci runs only for the sources last built (then the compiler cache holds every object).
+build_sources=(CMakeLists.txt cmake agent launcher rendezvous worker_sdk packaging/portable-toolchain.cmake)
+build_sources_stamp=$cache/portable-build.sources
 # The glibc floor and the libraries of glibc a program may need.
 glibc_floor=2.31
 glibc_libraries="libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 ld-linux-x86-64.so.2"
@@ -211,6 +215,17 @@ portable_build() {
   nice -n 10 cmake --build "$build" -j "$(nproc)" --target ddprun ddprun-store
   say "portable build: $((SECONDS - started)) s"
   check_elf "$build/launcher/ddprun" "$build/launcher/ddprun-store"
+  local digest
+  if digest=$(sources_digest); then
+    echo "$digest $(git -C "$repo" rev-parse HEAD)" >"$build_sources_stamp"
+  fi
+}
+
+sources_digest() {
+  # A digest of build_sources as this checkout has them (the index and any uncommitted change); fails without git.
+  git -C "$repo" rev-parse -q --verify HEAD >/dev/null 2>&1 || return 1
+  { git -C "$repo" ls-files -s -- "${build_sources[@]}" && git -C "$repo" diff HEAD -- "${build_sources[@]}"; } |
+    sha256sum | cut -d' ' -f1
 }
 
 check_elf() {
@@ -429,13 +444,23 @@ run_tests() {
 
 ci_decision() {
   # Prints "run: WHY" or "skip: WHY". CI starts on a fresh clone, maybe on a bare machine, and its budget has no
-  # room for a cold release (~25-35 minutes of debootstrap, dependency builds and a cold portable build on 2 cores):
-  # the release tier runs in CI only from a warm cache, whatever the change touches. Warm: run as root (debootstrap,
-  # chroot, podman), podman installed, and every root, the dependencies, Debian 13's pip wheel and the image's base
-  # image made under $cache with current stamps (scripts/release.sh all, then test, or roots, makes them). Then it
-  # costs the portable build (compiler-cache hits for what did not change), the artifacts and the four tests.
-  local cold=()
+  # room for a cold release (~25-35 minutes of debootstrap, dependency builds and a cold portable build on 2 cores;
+  # 13-18 minutes with warm roots when a merge changed most sources): the release tier runs in CI only from a warm
+  # cache, whatever the change touches. Warm: run as root (debootstrap, chroot, podman), podman installed, every
+  # root, the dependencies, Debian 13's pip wheel and the image's base image made under $cache with current stamps,
+  # and the compiler cache warm for these sources (the last portable build here was of the same build_sources).
+  # Then it costs a portable build of cache hits, the artifacts and the four tests (about 3-6 minutes).
+  local cold=() digest built built_commit
   [[ $(id -u) -eq 0 ]] || cold+=("root (it runs as uid $(id -u))")
+  if ! digest=$(sources_digest); then
+    cold+=("the portable build's compiler cache (no git checkout to compare its sources)")
+  elif [[ ! -f $build_sources_stamp ]]; then
+    cold+=("the portable build's compiler cache (no portable build yet)")
+  else
+    read -r built built_commit <"$build_sources_stamp"
+    [[ $built == "$digest" ]] ||
+      cold+=("the portable build's compiler cache (the sources differ from the last portable build's, ${built_commit:0:12})")
+  fi
   stamped "$build_root/.ddprun-stamp" "$build_root_stamp" || cold+=("the build root")
   stamped "$build_root/usr/local/.ddprun-deps" "$deps_stamp_text" || cold+=("its dependencies")
   stamped "$test11_root/.ddprun-stamp" "$test11_stamp" || cold+=("the Debian 11 test root")
