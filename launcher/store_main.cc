@@ -2,6 +2,7 @@
 //
 //   ddprun-store [--host ADDR] [--port N] [--dialect auto|legacy|mid2023|modern] [--memory-budget SIZE]
 //                [limits...]
+//   ddprun-store --version     (launcher/version.h)
 //
 // Prints "ddprun-store listening on ADDR:PORT" on stdout once it accepts connections (port 0 picks one).
 // Stops cleanly on SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 2 bad flags, 3 cannot listen.
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
+#include "launcher/version.h"
 #include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"
@@ -34,6 +36,7 @@ void raise_fd_limit() {
 int main(int argc, char** argv) {
   using namespace ddprun::rdzv;
   CLI::App app{"ddprun-store: a TCPStore-compatible rendezvous store"};
+  app.set_version_flag("--version", ddprun::launcher::version_text("ddprun-store"));
   StoreServerOptions opts;
   std::string dialect = "auto";
   std::string log_level = "info";
