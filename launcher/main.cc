@@ -177,8 +177,8 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   }
   if (!etcd) {
     try {
-      const auto setup = ddprun::launcher::setup_store_auth(
-          config.rdzv_auth, config.rdzv_secret_file, config.slurm.has_value(), config.rdzv_id, context.env);
+      const auto setup = ddprun::launcher::setup_store_auth(config.rdzv_auth, config.rdzv_secret_file,
+                                                            config.rdzv_id, context.env);
       if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
       if (!setup.note.empty()) spdlog::info("{}", setup.note);
       config.store_auth = setup.auth;

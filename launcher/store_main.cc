@@ -1,7 +1,7 @@
 // ddprun-store: runs the rendezvous store alone, for tests, benchmarks and users who want a standing store.
 //
 //   ddprun-store [--host ADDR] [--port N] [--dialect auto|legacy|mid2023|modern] [--memory-budget SIZE]
-//                [limits...]
+//                [--secret-file FILE [--handshake-timeout-ms N] [--max-handshakes-per-address N]] [limits...]
 //
 // Prints "ddprun-store listening on ADDR:PORT" on stdout once it accepts connections (port 0 picks one).
 // Stops cleanly on SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 2 bad flags, 3 cannot listen.
@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   std::string dialect = "auto";
   std::string log_level = "info";
   size_t request_timeout_ms = static_cast<size_t>(opts.request_timeout.count());
+  size_t handshake_timeout_ms = static_cast<size_t>(opts.handshake_timeout.count());
   std::string memory_budget, secret_file;
   app.add_option("--host", opts.host, "Address to listen on (default: every interface, IPv4 and IPv6)");
   app.add_option("--port", opts.port, "TCP port; 0 picks a free one")->check(CLI::Range(0, 65535));
@@ -62,6 +63,15 @@ int main(int argc, char** argv) {
       "--secret-file", secret_file,
       "The job's secret (as the agents' --rdzv_secret_file): only agents that prove it may touch the "
       "job's keys, other clients only worker keys from the job's nodes (docs/security.md)");
+  app.add_option(
+         "--handshake-timeout-ms", handshake_timeout_ms,
+         "With --secret-file: a client from an address that is not the job's must authenticate within "
+         "this time")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-handshakes-per-address", opts.max_handshakes_per_address,
+                 "With --secret-file: connections from one address (an IPv6 /64) that is not the job's, open "
+                 "at once before they authenticated; beyond, closed at accept")
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   try {
@@ -74,6 +84,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   if (dialect != "auto") opts.dialect = parse_dialect(dialect);
   opts.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+  opts.handshake_timeout = std::chrono::milliseconds(handshake_timeout_ms);
   opts.limits.max_request_bytes = std::max(opts.limits.max_request_bytes,
                                            2 * opts.limits.max_value_bytes + opts.limits.max_key_bytes + 64);
   opts.memory_budget = default_memory_budget(opts.limits);
@@ -88,14 +99,12 @@ int main(int argc, char** argv) {
     opts.memory_budget = *bytes;
   }
   if (!secret_file.empty()) {
-    std::string warning;
     try {
-      opts.auth = std::make_shared<HmacAuth>(read_secret_file(secret_file, warning));
+      opts.auth = std::make_shared<HmacAuth>(read_secret_file(secret_file));
     } catch (const std::runtime_error& e) {
       std::cerr << "ddprun-store: " << e.what() << "; check --secret-file\n";
       return 2;
     }
-    if (!warning.empty()) std::cerr << "ddprun-store: " << warning << "\n";
   }
   raise_fd_limit();
 
