@@ -69,10 +69,17 @@ void StoreFailover::start_standby(const std::string& address, uint16_t port, siz
   o.memory_budget = memory_budget;
   try {
     standby_server_ = std::make_unique<StoreServerThread>(o);
-  } catch (const BindError&) {
+  } catch (const BindError& e) {
     if (port == 0) throw;
-    o.port = 0;  // another agent of this host has the port (one task per GPU): any port will do
-    standby_server_ = std::make_unique<StoreServerThread>(o);
+    // Never another port: later nodes and the successors' survivors look for this node's standby on its
+    // listed port, and whoever holds that port (another agent of this host, or a stranger on a shared host)
+    // would stand in for it (docs/security.md, "What is not protected").
+    spdlog::error(
+        "rendezvous {}: this node keeps no standby store: {}; its listed port {} must be free for "
+        "it (a standby never moves to another port, where the job would not look for it). The "
+        "job goes on; this node cannot take the store over",
+        keys_.run_id(), e.what(), port);
+    return;
   }
   standby_ = format_endpoint(address, standby_server_->port());
   spdlog::debug("rendezvous {}: standby store on {}", keys_.run_id(), standby_);
