@@ -9,9 +9,10 @@
 // (handshake_ms, cpu_ms.store_handshake) and the round then runs on authenticated connections.
 // --munge-socket: the same with MUNGE credentials through the munged at PATH (both sides: the nodes' proofs
 // are made on the client thread, one at a time). During the handshakes a probe connection of its own (a
-// thread) PINGs the store back to back: its round trips (probe_ms: median, p99, max) are what every heartbeat
-// and WAIT of a job would wait meanwhile; cpu_ms.store_io_thread is the CPU time of the store's io thread
-// alone during the handshakes (the rest of cpu_ms.store_handshake ran on other threads of the store).
+// thread) PINGs the store back to back: its round trips (probe_ms: median, p99, max, and `stalled`, the time
+// spent in round trips of 10 ms or more) are what every heartbeat and WAIT of a job would wait meanwhile;
+// cpu_ms.store_io_thread is the CPU time of the store's io thread alone during the handshakes (the rest of
+// cpu_ms.store_handshake ran on other threads of the store).
 //
 // Why: ddprun-rendezvous-sim runs N real DynamicRendezvous objects, one thread and two blocking StoreClient
 // connections (each with its own io_context) per node; on a 2-core machine those simulated clients use about
@@ -447,15 +448,22 @@ class Probe {
       while (!stop_) rtt_ms_.push_back(static_cast<double>(c.ping().count()) / 1e3);
     });
   }
-  // Stops it; the round trips: median, p99, max (ms), and how many.
+  // Stops it; the round trips: median, p99, max (ms), how many, and `stalled`: the time spent in round trips
+  // of 10 ms or more (the time the store left a heartbeat waiting that long).
   nlohmann::json stop() {
     stop_ = true;
     thread_.join();
     std::sort(rtt_ms_.begin(), rtt_ms_.end());
     auto at = [&](double q) {
-      return rtt_ms_.empty() ? 0 : rtt_ms_[static_cast<size_t>(q * (rtt_ms_.size() - 1))];
+      return rtt_ms_.empty() ? 0 : rtt_ms_[static_cast<size_t>(q * static_cast<double>(rtt_ms_.size() - 1))];
     };
-    return {{"median", at(0.5)}, {"p99", at(0.99)}, {"max", at(1)}, {"pings", rtt_ms_.size()}};
+    double stalled = 0;
+    for (double ms : rtt_ms_) stalled += ms >= 10 ? ms : 0;
+    return {{"median", at(0.5)},
+            {"p99", at(0.99)},
+            {"max", at(1)},
+            {"pings", rtt_ms_.size()},
+            {"stalled", stalled}};
   }
 
  private:
