@@ -20,6 +20,7 @@
 #include "launcher/store_auth_setup.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_probe.h"
 
 namespace ddprun::launcher {
 
@@ -121,9 +122,7 @@ std::optional<json> read_once(const Options& o, int& code, std::string& error) {
   for (const auto& ep : o.endpoints) {
     try {
       // An observer: it proves the job's authentication to read, writes nothing, admits nobody (security.md).
-      rdzv::StoreClient store(
-          ep.host, ep.port,
-          rdzv::StoreClientOptions{.connect_timeout = 3s, .timeout = 10s, .auth = o.auth, .observer = true});
+      rdzv::StoreClient store(ep.host, ep.port, rdzv::probe_options(3s, 10s, o.auth, /*observer=*/true));
       return read_job_status(store, o.run_id, ep.to_string());
     } catch (const JobNotFound& e) {
       code = agent::kExitRendezvousFailed;
@@ -146,7 +145,8 @@ int status_main(const std::vector<std::string>& args, const std::map<std::string
     o = parse(args, env);
   } catch (const CLI::CallForHelp&) {
     std::cout << "usage: ddprun status [--rdzv_endpoint H:P] [--rdzv_id ID] [--rdzv_backend static|c10d]\n"
-                 "                     [--master_addr A] [--master_port P] [--json] [--watch]\n"
+                 "                     [--master_addr A] [--master_port P] [--rdzv_secret_file FILE]\n"
+                 "                     [--rdzv_auth auto|munge|none] [--json] [--watch]\n"
                  "Prints a running job as its agents publish it; docs/observability.md.\n";
     return 0;
   } catch (const UsageError& e) {

@@ -246,7 +246,6 @@ std::string StoreSession::complete_auth(const AuthOutcome& outcome) {
 }
 
 std::string StoreSession::handle(Request& req, size_t max_output) {
-  ReplyQueue& w = out_;
   if (std::string why = admit(req); !why.empty()) {
     refused_ = true;
     return why;
@@ -254,11 +253,16 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
   if (req.op == Op::kAuth) return start_auth(req);
   if (req.op != Op::kValidate && req.op != Op::kPing) established_ = true;
   scope(req);
+  return serve(req, max_output);
+}
+
+std::string StoreSession::serve(Request& req, size_t max_output) {
+  ReplyQueue& w = out_;
   switch (req.op) {
     case Op::kValidate:
       break;  // the parser checked the magic; no reply
     case Op::kAuth:
-      break;  // start_auth() above
+      break;  // start_auth(), in handle()
     case Op::kPing:
       w.u32(req.number);
       break;
@@ -273,29 +277,13 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       // Clients WAIT before GET; a GET of a missing key gets an empty value to keep the stream in step.
       w.bytes(state_.shared(req.keys[0]));
       break;
-    case Op::kAdd: {
-      if (role_ == Role::kObserver) {  // ADD 0 as a read: a missing key is 0 and stays missing
-        const std::string* text = state_.get(req.keys[0]);
-        const std::optional<long long> v = text ? parse_int(*text) : std::optional<long long>(0);
-        if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer";
-        w.i64(static_cast<int64_t>(*v));
-        break;
-      }
-      auto v = state_.add(req.keys[0], req.delta);
-      if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
-      w.i64(*v);
-      break;
-    }
+    case Op::kAdd:
+      return serve_add(req);
     case Op::kCheck:
       w.u8(state_.check(req.keys) ? kCheckReady : kCheckNotReady);
       break;
     case Op::kWait:
-      if (waits_.size() >= parser_.limits().max_pending_waits) {
-        return "more than " + std::to_string(parser_.limits().max_pending_waits) +
-               " WAITs pending on one connection (the limit)";
-      }
-      handle_wait(req.keys);
-      break;
+      return serve_wait(req.keys);
     case Op::kGetNumKeys:
       w.i64(count_view());
       break;
@@ -305,21 +293,8 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kAppend:
       state_.append(req.keys[0], req.values[0]);
       break;
-    case Op::kMultiGet: {
-      // One request may name a large value many times: size the reply before building it.
-      size_t reply = 0;
-      found_.clear();
-      for (const auto& k : req.keys) {
-        found_.push_back(&state_.shared(k));
-        reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
-      }
-      if (reply > max_output - std::min(max_output, out_.size())) {
-        return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
-               std::to_string(max_output);
-      }
-      for (const SharedValue* v : found_) w.bytes(*v);
-      break;
-    }
+    case Op::kMultiGet:
+      return serve_multi_get(req, max_output);
     case Op::kMultiSet:
       for (size_t i = 0; i < req.keys.size(); ++i) state_.set(req.keys[i], std::move(req.values[i]));
       break;
@@ -332,43 +307,87 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kQueuePush:
       state_.queue_push(req.keys[0], std::move(req.values[0]));
       break;
-    case Op::kQueuePop: {
+    case Op::kQueuePop:
       // Reply: the queue's length before the pop, then the element when there was one.
       w.i64(state_.queue_len(req.keys[0]));
       if (SharedValue v = state_.queue_pop(req.keys[0])) w.bytes(v);
       break;
-    }
-    case Op::kListKeys: {
-      const auto keys = list_view();
-      w.i64(static_cast<int64_t>(keys.size()));
-      for (const auto& k : keys) w.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
+    case Op::kListKeys:
+      serve_list_keys();
       break;
-    }
     case Op::kQueueLen:
       w.i64(state_.queue_len(req.keys[0]));
       break;
-    case Op::kWatchKey: {
-      // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a
-      // repeated WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
-      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
-      if (watches_.count(req.keys[0])) break;
-      if (watches_.size() >= parser_.limits().max_watched_keys) {
-        return "more than " + std::to_string(parser_.limits().max_watched_keys) +
-               " keys watched on one connection (the limit)";
-      }
-      // The notification references the old and the new value: a hundred watchers cost them once.
-      auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
-                                                 const SharedValue& old_value, const SharedValue& new_value) {
-        out_.u8(static_cast<uint8_t>(event));
-        out_.bytes(unscoped(key));
-        out_.bytes(old_value);
-        out_.bytes(new_value);
-        if (on_async_output_) on_async_output_();
-      });
-      watches_.emplace(req.keys[0], id);
-      break;
-    }
+    case Op::kWatchKey:
+      return serve_watch(req.keys[0]);
   }
+  return {};
+}
+
+std::string StoreSession::serve_add(const Request& req) {
+  if (role_ == Role::kObserver) {  // ADD 0 as a read: a missing key is 0 and stays missing
+    const std::string* text = state_.get(req.keys[0]);
+    const std::optional<long long> v = text ? parse_int(*text) : std::optional<long long>(0);
+    if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer";
+    out_.i64(static_cast<int64_t>(*v));
+    return {};
+  }
+  auto v = state_.add(req.keys[0], req.delta);
+  if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
+  out_.i64(*v);
+  return {};
+}
+
+std::string StoreSession::serve_wait(const std::vector<std::string>& keys) {
+  if (waits_.size() >= parser_.limits().max_pending_waits) {
+    return "more than " + std::to_string(parser_.limits().max_pending_waits) +
+           " WAITs pending on one connection (the limit)";
+  }
+  handle_wait(keys);
+  return {};
+}
+
+std::string StoreSession::serve_multi_get(const Request& req, size_t max_output) {
+  // One request may name a large value many times: size the reply before building it.
+  size_t reply = 0;
+  found_.clear();
+  for (const auto& k : req.keys) {
+    found_.push_back(&state_.shared(k));
+    reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
+  }
+  if (reply > max_output - std::min(max_output, out_.size())) {
+    return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
+           std::to_string(max_output);
+  }
+  for (const SharedValue* v : found_) out_.bytes(*v);
+  return {};
+}
+
+void StoreSession::serve_list_keys() {
+  const auto keys = list_view();
+  out_.i64(static_cast<int64_t>(keys.size()));
+  for (const auto& k : keys) out_.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
+}
+
+std::string StoreSession::serve_watch(const std::string& key) {
+  // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a repeated
+  // WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
+  out_.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+  if (watches_.count(key)) return {};
+  if (watches_.size() >= parser_.limits().max_watched_keys) {
+    return "more than " + std::to_string(parser_.limits().max_watched_keys) +
+           " keys watched on one connection (the limit)";
+  }
+  // The notification references the old and the new value: a hundred watchers cost them once.
+  auto id = state_.watch(key, [this](WatchEvent event, const std::string& changed,
+                                     const SharedValue& old_value, const SharedValue& new_value) {
+    out_.u8(static_cast<uint8_t>(event));
+    out_.bytes(unscoped(changed));
+    out_.bytes(old_value);
+    out_.bytes(new_value);
+    if (on_async_output_) on_async_output_();
+  });
+  watches_.emplace(key, id);
   return {};
 }
 

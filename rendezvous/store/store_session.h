@@ -136,8 +136,15 @@ class StoreSession {
   size_t pending_waits() const { return waits_.size(); }
 
  private:
-  // Returns an error message when the request cannot be served; empty on success.
+  // Returns an error message when the request cannot be served; empty on success. The steps: admit(), AUTH's
+  // start_auth(), scope(), then serve() the request (its serve_* helpers: the same contract).
   std::string handle(Request& req, size_t max_output);
+  std::string serve(Request& req, size_t max_output);
+  std::string serve_add(const Request& req);  // an observer's ADD 0 reads
+  std::string serve_wait(const std::vector<std::string>& keys);
+  std::string serve_multi_get(const Request& req, size_t max_output);
+  void serve_list_keys();
+  std::string serve_watch(const std::string& key);
   void handle_wait(const std::vector<std::string>& keys);
   // Empty when the request may be served to this client; else why it is refused. Latches the admission.
   std::string admit(const Request& req);
