@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A real DDP training job for ddprun (or torchrun): a small MLP on synthetic regression data, gloo on CPUs.
+"""A real DDP training job for ddprun (or torchrun): a small MLP on synthetic regression data, gloo on CPUs
+(NCCL on GPUs with --device cuda).
 
 Run under a launcher, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... :
     ddprun --standalone --nproc_per_node 4 scripts/examples/ddp_train.py --steps 200
@@ -126,6 +127,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cpu: gloo (the default); cuda: NCCL, local rank N on GPU N modulo the GPUs visible")
     p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.05)
@@ -173,11 +176,16 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
     assert dist.get_rank() == rank and dist.get_world_size() == world
 
     torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
-    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1)).to(device)
     ddp = DDP(model)
     first_collective = FirstCollective(model, world)
     ddp.register_comm_hook(None, first_collective.hook)
@@ -188,7 +196,7 @@ def main():
     if resumed is not None:
         start = resumed
     elif args.checkpoint and os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint)
+        state = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"] + 1
@@ -199,6 +207,7 @@ def main():
     true_w = torch.randn(32, 1, generator=gen)
     t0 = time.time()
     loss = torch.tensor(0.0)
+    true_w = true_w.to(device)
     progress = ProgressFile()
     last = time.monotonic()
     for step in range(start, args.steps):
@@ -212,7 +221,8 @@ def main():
         if load:
             time.sleep(load)
         x = torch.randn(args.batch, 32, generator=data_gen)
-        y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
+        y = x.to(device) @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen).to(device)
+        x = x.to(device)
         opt.zero_grad()
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
@@ -245,7 +255,7 @@ def main():
         if rank == 0 and (step + 1) % args.log_every == 0:
             rate = (step + 1 - start) * args.batch * world / (time.time() - t0)
             print(f"step {step + 1}/{args.steps} loss {loss.item():.5f} ({rate:.0f} samples/s)", flush=True)
-        if args.stop_file and (step + 1) % args.stop_every == 0 and stop_requested(args.stop_file):
+        if args.stop_file and (step + 1) % args.stop_every == 0 and stop_requested(args.stop_file, device):
             if rank == 0:
                 print(f"stopping after step {step + 1}: {args.stop_file} exists", flush=True)
             break
@@ -310,9 +320,9 @@ def resume_from_state(args, rank, model, opt, data_gen):
     return step + 1
 
 
-def stop_requested(path):
+def stop_requested(path, device):
     """True on every rank when any rank sees `path` (one all-reduce: the ranks stop at the same step)."""
-    flag = torch.tensor([1 if os.path.exists(path) else 0])
+    flag = torch.tensor([1 if os.path.exists(path) else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
 
