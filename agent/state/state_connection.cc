@@ -23,6 +23,12 @@ namespace {
 
 constexpr size_t kChunk = size_t{1} << 20;
 
+// The job's auth where its store requires the proof, as the store does; else none (MUNGE under --rdzv_auth
+// auto on a node whose munged failed its check: the job's agents meet as at an open store).
+const rdzv::StoreAuth* required(const rdzv::StoreAuth* auth) {
+  return auth && auth->store_requires() ? auth : nullptr;
+}
+
 // A read-only shared mapping of the first `n` bytes of `fd` (nothing for n == 0).
 class Mapping {
  public:
@@ -170,6 +176,7 @@ StateMessage StateConnection::receive() {
 }
 
 void StateConnection::client_handshake(const rdzv::StoreAuth* auth) {
+  auth = required(auth);
   write_all(kStateMagic.data(), kStateMagic.size());
   const std::string nonce = auth ? auth->nonce() : "";
   send_frame(nonce);
@@ -192,6 +199,7 @@ void StateConnection::client_handshake(const rdzv::StoreAuth* auth) {
 }
 
 bool StateConnection::server_handshake(const rdzv::StoreAuth* auth, std::string& why) {
+  auth = required(auth);
   char magic[8];
   read_all(magic, sizeof magic);
   if (std::string_view(magic, sizeof magic) != kStateMagic) {
