@@ -11,7 +11,8 @@
 #      the restart, on the real driver); the built-in NVML health check's lines;
 #   3. a rank that stops while its peer waits in an NCCL all-reduce, with --hang_timeout (torch's flight
 #      recorder on): NCCL's watchdog ends the peer, the failure summary names the flight recorder's dump;
-#   4. the GPU-memory wait when an escaped process keeps the GPU memory of a crashed rank.
+#   4. the GPU-memory wait when an escaped process keeps the GPU memory of a crashed rank;
+#   5. ddprun.state (--state_memory) with CUDA tensors: a crash, and every rank restores on the GPU.
 # Each step has a time limit and the run goes on after a failure; the verdicts are in OUT/gpu-checks.txt,
 # every log in OUT/gpu-logs.tar.gz.
 #
@@ -34,7 +35,7 @@ build=$work/build
 verdicts=$out/gpu-checks.txt
 : >"$verdicts"
 failed=0
-only=,${GPU_CHECKS_ONLY:-2a,2b,3,4},
+only=,${GPU_CHECKS_ONLY:-2a,2b,3,4,5},
 want() { [[ $only == *,$1,* ]]; }
 say() { echo "gpu-checks: $*" | tee -a "$verdicts" >&2; }
 verdict() { # NAME OK(0/1) DETAIL
@@ -176,6 +177,19 @@ rc=$?
 grep -E "NVML|GPU memory|attempt 1|restart" "$log" | tee -a "$verdicts"
 verdict gpu-memory-wait "$((rc != 0))" "exit $rc; $(grep -m1 -E "GPU memory" "$log" || echo "no line about the GPU-memory wait")"
 
+fi
+
+if want 5; then
+say "== 5. ddprun.state with CUDA tensors: two ranks save 256 MiB each step, rank 1 crashes, both restore on the GPU [$(elapsed)]"
+log=$work/logs/5.log
+timeout "$(limit 120)" "$ddprun" --standalone --nproc_per_node 2 --max_restarts 1 --state_memory 4G \
+  --log_dir "$work/logs/5" --no_python "$hostid" "$repo/scripts/gpu/state_check.py" --device cuda --mib 256 \
+  >"$log" 2>&1
+rc=$?
+grep "state-check" "$log" | tee -a "$verdicts"
+right=$(grep -c "values right" "$log")
+verdict state-cuda "$((rc != 0 || right != 2))" "exit $rc; ranks that restored the agreed step right: $right of 2"
+pack_logs
 fi
 
 say "done in $(elapsed): $(grep -c '^gpu-checks: PASS' "$verdicts") passed, $(grep -c '^gpu-checks: FAIL' "$verdicts") failed"

@@ -264,7 +264,7 @@ def main():
         import ddprun.state
         ddprun.state.wait()  # the last async save committed before leave()'s os._exit
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
-    params_sha256 = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    params_sha256 = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()
     sums = [None] * world
     dist.all_gather_object(sums, checksum)
     identical = all(s == sums[0] for s in sums)
