@@ -2,8 +2,10 @@
 install line unpacks it there and puts it on PATH, its checksums hold, every program prints the release's version
 line, `ddprun --standalone` runs a 2-rank job of plain Python workers that check the environment contract and use
 the agent's store, the same job runs with the programs invoked as `torchrun` (a link, as an image puts first on
-PATH) from Kubeflow Trainer v2's PET_* variables, and `ddprun-store` serves a torch-less client in both wire
+PATH) from Kubeflow Trainer v2's PET_* variables, under Slurm without libmunge2 (loaded at run time) only
+`--rdzv_auth munge` fails and says what to install, and `ddprun-store` serves a torch-less client in both wire
 dialects."""
+import glob
 import os
 import select
 import shutil
@@ -54,6 +56,26 @@ class Tarball(ReleaseTestCase):
         os.mkdir(out_dir)
         self.in_root(DEBIAN11, [os.path.join(self.bin, "ddprun"), "--standalone", "--nproc_per_node", "2",
                                 CONTRACT_WORKER, out_dir, "1", "2"], timeout=120)
+        self.check_contract_job(out_dir, world_size=2)
+
+    def test_munge_without_libmunge2(self):
+        # libmunge is loaded at run time (rendezvous/auth/munge_library.h), not linked in: in this root, which has
+        # no libmunge2, ddprun runs under Slurm, and only --rdzv_auth munge fails, saying what to install.
+        self.assertEqual(glob.glob(os.path.join(DEBIAN11, "usr", "lib", "*", "libmunge.so*")), [])
+        env = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NODEID": "0",
+               "SLURM_LOCALID": "0", "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1", "SLURM_NTASKS": "1",
+               "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "localhost",
+               "SLURM_JOB_NODELIST": "localhost"}
+        job = [os.path.join(self.bin, "ddprun"), "--slurm", "--nnodes", "1", "--node_rank", "0", "--master_addr",
+               "127.0.0.1", "--master_port", str(free_port()), "--nproc_per_node", "2"]
+        out = self.in_root(DEBIAN11, job + ["--rdzv_auth", "munge", "--no_python", "/bin/true"], env=env,
+                           check=False, timeout=120)
+        self.assertEqual(out.returncode, 2, out.stderr[-2000:])
+        self.assertIn("libmunge cannot be loaded", out.stderr)
+        self.assertIn("apt-get install libmunge2", out.stderr)
+        out_dir = os.path.join(self.tmp, "out")
+        os.mkdir(out_dir)
+        self.in_root(DEBIAN11, job + [CONTRACT_WORKER, out_dir, "1", "2"], env=env, timeout=120)  # auto
         self.check_contract_job(out_dir, world_size=2)
 
     def test_invoked_as_torchrun_with_kubeflow_variables(self):
