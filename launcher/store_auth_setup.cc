@@ -8,6 +8,7 @@
 #include "launcher/flag_values.h"
 #include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/auth/munge_auth.h"
+#include "rendezvous/auth/munge_library.h"
 
 namespace ddprun::launcher {
 
@@ -18,9 +19,11 @@ std::string munge_socket(const std::map<std::string, std::string>& env) {
   return rdzv::slurm_munge_socket(env_or(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
 }
 
-// munged's check, tried `tries` times a second apart: "" once it passes, else the last reason.
+// munged's check, tried `tries` times a second apart: "" once it passes, else the last reason. A libmunge
+// that cannot be loaded is said at once (retrying it would not help, nor would starting munged).
 std::string check_munged(const rdzv::MungeAuth& munge, int tries) {
   std::string why;
+  if (!rdzv::munge_library(why)) return why;
   for (int i = 0; i < tries; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
     why = munge.check();
@@ -53,8 +56,9 @@ AuthSetup setup_store_auth(AuthMode mode, const std::filesystem::path& secret_fi
                                                  mode == AuthMode::kMunge ? Use::kRequired : Use::kFollow);
   if (std::string why = check_munged(*munge, munge_checks); !why.empty()) {
     if (mode == AuthMode::kMunge) {
-      throw std::runtime_error("--rdzv_auth munge: " + why +
-                               " (start munged, or name its socket with DDPRUN_MUNGE_SOCKET)");
+      std::string help = " (start munged, or name its socket with DDPRUN_MUNGE_SOCKET)";
+      if (std::string ignored; !rdzv::munge_library(ignored)) help.clear();  // `why` says what to install
+      throw std::runtime_error("--rdzv_auth munge: " + why + help);
     }
     setup.warning =
         "under Slurm, but MUNGE cannot authenticate this node (" + why +

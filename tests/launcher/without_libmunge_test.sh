@@ -34,5 +34,11 @@ check() {  # check NAME WANTED_RC [TEXT]
 check help 0
 check job 0
 check munge 2 "libmunge cannot be loaded"
+# Said at once, without munged's retries and advice (neither helps a missing library).
+if grep -qE "start munged|a second apart" "$out/munge"; then
+  echo "FAIL: munge: advice about munged where libmunge is missing:"
+  cat "$out/munge"
+  fail=1
+fi
 [[ $fail -eq 0 ]] && echo "ddprun runs without libmunge; --rdzv_auth munge names it"
 exit $fail
