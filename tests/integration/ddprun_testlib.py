@@ -31,6 +31,8 @@ import time
 import unittest
 import uuid
 
+import host_set
+
 # The interpreter of the PyTorch workers: the host's torch 1.13 by default; ctest runs every PyTorch-facing
 # module a second time with DDPRUN_IT_PYTHON=scripts/torch26-python (torch 2.6 in a Debian 13 root).
 PYTHON = os.environ.get("DDPRUN_IT_PYTHON", "/usr/bin/python3")
@@ -42,6 +44,10 @@ EXPECTED_TORCH = os.environ.get("DDPRUN_IT_TORCH") or None
 REQUIRE_ALL_SUITES = os.environ.get("DDPRUN_REQUIRE_ALL_SUITES", "0") == "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_WORKER = os.path.join(HERE, "rank_worker.py")
+# The light worker: ddp_train.py's options and outputs without torch (light_train.py), run by HOST_PYTHON with
+# WITHOUT_TORCH first on its PYTHONPATH (so that --prestart's standbys do not import torch either).
+LIGHT_TRAIN = os.path.join(HERE, "light_train.py")
+WITHOUT_TORCH = os.path.join(HERE, "without_torch")
 AGENT_LOG_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] ddprun")  # ddprun's own log lines (spdlog)
 
 
@@ -78,6 +84,37 @@ def wait_until(predicate, timeout, what, describe=lambda: "", interval=0.02):
         time.sleep(interval)
 
 
+def torch_subject(test):
+    """Marks a test method or class whose subject is torch itself, or how the launcher meets real torch workers:
+    it runs with real PyTorch workers (scripts/examples/ddp_train.py and the like) and with every torch version
+    (the .torch26 variant of a module runs only the tests marked so: run_itest.py). An unmarked test runs once,
+    with the host's torch, and the netns helpers give it the light worker (light_train.py). docs/testing.md
+    ("Which worker") says which tests are marked and why."""
+    test.torch_subject = True
+    return test
+
+
+def is_torch_subject(test):
+    """True when the unittest TestCase instance `test` runs a method or class marked with torch_subject()."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    return bool(getattr(method, "torch_subject", False) or getattr(type(test), "torch_subject", False))
+
+
+def worker_for(test):
+    """The training worker a test runs: "torch" when it is marked torch_subject, else "light"."""
+    return "torch" if is_torch_subject(test) else "light"
+
+
+def training_worker(worker, train):
+    """(interpreter, script, extra environment) that run the training worker `worker`: "torch" runs `train`
+    (ddp_train.py's path) with PYTHON, "light" runs LIGHT_TRAIN with HOST_PYTHON and torch hidden."""
+    if worker == "torch":
+        return PYTHON, train, {}
+    if worker == "light":
+        return HOST_PYTHON, LIGHT_TRAIN, {"PYTHONPATH": WITHOUT_TORCH}
+    raise ValueError(f"worker must be 'torch' or 'light', not {worker!r}")
+
+
 def skip_unless_required(reason):
     """Skips the test, class or module (unittest.SkipTest) because this machine cannot run it; `reason` says
     why. Under DDPRUN_REQUIRE_ALL_SUITES=1 the machine is expected to run everything: AssertionError instead."""
@@ -87,9 +124,9 @@ def skip_unless_required(reason):
     raise unittest.SkipTest(reason)
 
 
-# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses them for a while (a netns test
-# module, a Slurm test cluster) holds an exclusive flock on this file meanwhile.
-CLUSTER_LOCK = "/tmp/ddprun-test-cluster.lock"
+# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses a set of them for a while (a netns
+# test module, a Slurm test cluster) holds an exclusive flock on its file meanwhile (host_set.py).
+CLUSTER_LOCK = host_set.CLUSTER_LOCK
 
 
 def hold_cluster_lock(owner, timeout):
@@ -111,8 +148,8 @@ def hold_cluster_lock(owner, timeout):
         lock.seek(0)
         holder = lock.read().strip() or "nothing"
         lock.close()
-        raise AssertionError(f"the test hosts (ddprun-h*) stayed busy for {timeout} s: another process holds "
-                             f"{CLUSTER_LOCK} (its last holder wrote: {holder})") from None
+        raise AssertionError(f"the test hosts (set {host_set.HOST_SET}) stayed busy for {timeout} s: another "
+                             f"process holds {CLUSTER_LOCK} (its last holder wrote: {holder})") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -349,6 +386,7 @@ class IntegrationTestCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ddprun-it-")
         self.token = uuid.uuid4().hex
+        self.worker = worker_for(self)  # for tests that run a training worker (training_worker())
         self.agents = []
         self.allow_leftovers = False  # a test that expects survivors (a known gap) sets it
         self.addCleanup(self._cleanup)

@@ -25,9 +25,11 @@ listens on a free port and publishes "<address> <port>" under /light_train/rank0
 MASTER_ADDR:MASTER_PORT (the attempt's keyspace: a stale address from an earlier attempt would be a launcher
 bug); without it (torch's env:// rule) rank 0 listens on MASTER_PORT - and every other rank holds one TCP
 connection to rank 0, which sums and answers each step. So a rank that dies is seen by the others at once (the
-connection closes) and one that hangs after --pg-timeout seconds; either way a survivor exits 1 naming the
-step and the rank it lost, as a gloo rank fails on a dead or silent peer. The store connection stays open,
-idle, for the worker's life (torch's workers keep theirs).
+connection closes) and one that hangs after --pg-timeout seconds; either way a survivor says so naming the
+step and the rank it lost and exits 1 --teardown-seconds later, as a gloo rank raises on a dead or silent peer
+and its interpreter shuts down (57 ms after its peer's crash with torch 1.13 here, on a loaded machine more:
+ddprun counts a failure against the node whose worker failed first, so an echo must not beat the crash it
+echoes). The store connection stays open, idle, for the worker's life (torch's workers keep theirs).
 """
 import argparse
 import ast
@@ -220,9 +222,12 @@ def parse_args():
     p.add_argument("--step-seconds", type=float, default=0.05,
                    help="a step's compute after its collective (a sleep: backward's rest and the optimizer); "
                    "it paces the steps as a small real job's are paced")
+    p.add_argument("--teardown-seconds", type=float, default=0.2,
+                   help="how long a rank whose collective failed takes to exit (a torch rank's traceback and "
+                   "interpreter shutdown)")
     own, sys.argv[1:] = p.parse_known_args(sys.argv[1:])
     args = ddp_train_args()
-    args.step_seconds = own.step_seconds
+    args.step_seconds, args.teardown_seconds = own.step_seconds, own.teardown_seconds
     return args
 
 
@@ -299,6 +304,7 @@ def main():
     except (GroupFailed, StoreLost, StoreTimeout) as e:
         where = f"at step {step}" if isinstance(step, int) else ("after the last step" if step else "at start")
         print(f"rank {rank}: the group failed {where}: {e}", file=sys.stderr, flush=True)
+        time.sleep(args.teardown_seconds)
         leave(1)
     identical = all(s == sums[0] for s in sums)
     if rank == 0:

@@ -15,10 +15,8 @@ LightTrain - light_train.py under ddprun (and alone, for torch's env:// rule):
 No torch anywhere: the module runs in the quick tier.
 """
 import glob
-import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import unittest
