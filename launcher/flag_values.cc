@@ -46,12 +46,6 @@ void fail(const Given& g, const std::string& expected) {
   fail_because(g, "expected " + expected);
 }
 
-std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
-                   const std::string& fallback) {
-  auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? fallback : it->second;
-}
-
 std::optional<long long> to_int(const std::string& raw) {
   const std::string s = trim(raw);
   // 18 characters never overflow; "+-1" is not a number (Python's int() agrees).
@@ -76,7 +70,7 @@ int int_at_least(const Given& g, long long min) {
 
 double seconds(const Given& g) {
   auto v = to_double(g.text);
-  if (!v || *v < 0) fail(g, "a number of seconds >= 0");
+  if (!v || *v < 0 || *v > kMaxSeconds) fail(g, "a number of seconds from 0 to 1000000000 (about 31 years)");
   return *v;
 }
 
@@ -269,6 +263,18 @@ EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy,
   e.ca_file = value(ca);
   e.cert_file = value(cert);
   e.key_file = value(key);
+  // The other backend's names for the same files would leave TLS silently off: say which name this one reads.
+  const char* other_names[][2] = {{"cacert", "ca_cert"}, {"cert", "ssl_cert"}, {"key", "ssl_cert_key"}};
+  for (const auto& names : other_names) {
+    const char* mine = names[legacy ? 0 : 1];
+    const char* other = names[legacy ? 1 : 0];
+    if (!value(other).empty()) {
+      warnings.push_back(std::string("--rdzv_conf ") + other + "=" + value(other) + " is not used: it is " +
+                         (legacy ? "etcd-v2" : "etcd") + "'s name, --rdzv_backend " +
+                         (legacy ? "etcd" : "etcd-v2") + " reads " + mine +
+                         "= (TLS is off for what is not given so)");
+    }
+  }
   if (legacy && !value("etcd_prefix").empty()) e.prefix = value("etcd_prefix");
   for (const char* k : {ca, cert, key}) {
     const std::string file = value(k);

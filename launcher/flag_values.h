@@ -13,6 +13,7 @@
 // the gpu_count it is given). Thread-safe (no shared state).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -50,11 +51,7 @@ struct Given {
 // ---- text helpers (never throw) ----
 
 // Decimal integer with optional sign, surrounding blanks allowed (as Python's int()); at most 18 characters
-// once trimmed. (Splitting and trimming: rendezvous/util/text_util.h.)
-// env[name], or `fallback` when it is unset or empty.
-std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
-                   const std::string& fallback = "");
-
+// once trimmed. (Splitting, trimming and env_or: rendezvous/util/text_util.h.)
 std::optional<long long> to_int(const std::string& raw);
 // A finite number as strtod reads it, surrounding blanks allowed.
 std::optional<double> to_double(const std::string& raw);
@@ -63,7 +60,9 @@ std::optional<double> to_double(const std::string& raw);
 
 // An integer in min..1e9.
 int int_at_least(const Given& g, long long min);
-// A number of seconds >= 0 (fractions allowed).
+// A number of seconds from 0 to kMaxSeconds (fractions allowed): any duration a job can want, and one that
+// every clock's arithmetic holds (a steady_clock deadline of now + 1e9 s is far from overflowing).
+constexpr double kMaxSeconds = 1e9;
 double seconds(const Given& g);
 // A size in bytes of at least `min`: a whole number with an optional binary unit, "256M", "1G", "65536"
 // (rendezvous/util/text_util.h's parse_byte_size; blanks around it allowed).
@@ -119,12 +118,13 @@ EtcdConf etcd_conf(const std::map<std::string, std::string>& conf, bool legacy,
 
 // A duration given in seconds (the flags and RdzvTimings), as the milliseconds the agent and handlers take.
 inline std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::clamp(seconds, 0.0, kMaxSeconds) * 1000));
 }
 
 // --rdzv_endpoint: "host[:port]" (rendezvous/store/endpoint.h), trimmed; blank = none (empty). The static
 // backend (c10d false) needs the port; c10d and etcd (c10d true) default it (29400, etcd's 2379) and take a
-// comma-separated list, tried in order (the store failover: rendezvous/c10d/store_failover.h; etcd's members).
+// comma-separated list, tried in order (the store failover: rendezvous/c10d/store_failover.h; etcd's
+// members).
 std::vector<rdzv::Endpoint> parse_rdzv_endpoint(const Given& g, bool c10d, uint16_t default_port = 29400);
 
 // --master_addr: a host name or address without a port; "[::1]" gives "::1".

@@ -63,7 +63,8 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous(const LaunchCon
 }
 
 // make_rendezvous, except under Slurm without a port given: then on the first free candidate port (agent 0),
-// or on the candidate whose store belongs to this Slurm step (the other agents). See launcher/slurm/slurm_port.h.
+// or on the candidate whose store belongs to this Slurm step (the other agents). See
+// launcher/slurm/slurm_port.h.
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_rendezvous_on_port(const LaunchConfig& c) {
   if (!c.slurm || c.slurm->probe_ports.empty()) return make_rendezvous(c);
   const ddprun::launcher::SlurmLaunch& s = *c.slurm;
@@ -164,11 +165,14 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
   const bool etcd = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
                     config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2;
   if (etcd && (!config.rdzv_secret_file.empty() || config.rdzv_auth == ddprun::launcher::AuthMode::kMunge)) {
+    const bool legacy = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd;
     spdlog::error(
         "--rdzv_secret_file and --rdzv_auth munge protect ddprun's own stores (static, c10d); the etcd "
         "backends "
         "keep the rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
-        "cert_file=...)");
+        "protocol=https,{}; docs/security.md)",
+        legacy ? "cacert=CA.pem,cert=CERT.pem,key=KEY.pem"
+               : "ca_cert=CA.pem,ssl_cert=CERT.pem,ssl_cert_key=KEY.pem");
     return ddprun::agent::kExitUsage;
   }
   if (!etcd) {

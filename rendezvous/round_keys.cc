@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_set>
 
@@ -9,6 +10,28 @@
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
+
+namespace {
+
+void check_present(Store& store, const std::vector<std::string>& keys, size_t begin, size_t end,
+                   std::vector<bool>& out) {
+  if (begin == end) return;
+  if (store.check(std::vector<std::string>(keys.begin() + begin, keys.begin() + end))) {
+    std::fill(out.begin() + begin, out.begin() + end, true);
+  } else if (end - begin > 1) {
+    const size_t mid = begin + (end - begin) / 2;
+    check_present(store, keys, begin, mid, out);
+    check_present(store, keys, mid, end, out);
+  }
+}
+
+}  // namespace
+
+std::vector<bool> keys_present(Store& store, const std::vector<std::string>& keys) {
+  std::vector<bool> out(keys.size(), false);
+  check_present(store, keys, 0, keys.size(), out);
+  return out;
+}
 
 // ---- RoundStop encoding: "<kind>|<node_rank>|<exit_code>|<detail>" ----------------------------------------
 
@@ -105,26 +128,58 @@ void RoundKeys::publish_status(Store& store, const std::string& identity, const 
   registered = true;
 }
 
-std::vector<std::string> RoundKeys::status_identities(Store& store) const {
+std::vector<RoundKeys::StatusSlot> RoundKeys::status_slots(Store& store) const {
   const std::string count_key = key("status/n");
   const int64_t n = store.check({count_key}) ? store.add(count_key, 0) : 0;
-  if (n <= 0) return {};
   std::vector<std::string> index_keys;
-  for (int64_t i = 0; i < n; ++i) index_keys.push_back(key("status/" + std::to_string(i)));
-  std::vector<std::string> identities = store.multi_get(index_keys);
-  // An agent registers with an ADD, then names itself with a SET: between the two its slot reads empty. An
-  // agent registers again on a standby store that took over the keys of the lost one: once is enough.
+  for (int64_t i = 0; i < n && i < kMaxStatusSlots; ++i)
+    index_keys.push_back(key("status/" + std::to_string(i)));
+  // A slot is missing between an agent's ADD and its SET (or forever, when a stranger only ADDed): a
+  // MULTI_GET would wait for it.
+  const std::vector<bool> present = keys_present(store, index_keys);
+  std::vector<std::string> there;
+  for (size_t i = 0; i < index_keys.size(); ++i) {
+    if (present[i]) there.push_back(index_keys[i]);
+  }
+  const std::vector<std::string> names = there.empty() ? std::vector<std::string>{} : store.multi_get(there);
+  // An agent registers again on a standby store that took over the keys of the lost one: once is enough. An
+  // emptied slot (prune_status) names nobody.
+  std::vector<StatusSlot> slots;
   std::unordered_set<std::string> seen;
-  std::erase_if(identities, [&](const std::string& id) { return id.empty() || !seen.insert(id).second; });
+  for (size_t i = 0, j = 0; i < index_keys.size() && j < names.size(); ++i) {
+    if (!present[i]) continue;
+    const std::string& id = names[j++];
+    if (!id.empty() && seen.insert(id).second) slots.push_back({static_cast<int64_t>(i), id});
+  }
+  return slots;
+}
+
+std::vector<std::string> RoundKeys::status_identities(Store& store) const {
+  std::vector<std::string> identities;
+  for (StatusSlot& s : status_slots(store)) identities.push_back(std::move(s.identity));
   return identities;
+}
+
+void RoundKeys::prune_status(Store& store, const StatusSlot& slot) const {
+  store.delete_key(key("status/" + slot.identity));
+  store.compare_set(key("status/" + std::to_string(slot.index)), slot.identity, "");
 }
 
 std::vector<std::string> RoundKeys::status_documents(Store& store,
                                                      const std::vector<std::string>& identities) const {
-  if (identities.empty()) return {};
   std::vector<std::string> doc_keys;
   for (const auto& id : identities) doc_keys.push_back(key("status/" + id));
-  return store.multi_get(doc_keys);
+  const std::vector<bool> present = keys_present(store, doc_keys);
+  std::vector<std::string> there;
+  for (size_t i = 0; i < doc_keys.size(); ++i) {
+    if (present[i]) there.push_back(doc_keys[i]);
+  }
+  std::vector<std::string> read = there.empty() ? std::vector<std::string>{} : store.multi_get(there);
+  std::vector<std::string> docs(identities.size());
+  for (size_t i = 0, j = 0; i < docs.size() && j < read.size(); ++i) {
+    if (present[i]) docs[i] = std::move(read[j++]);
+  }
+  return docs;
 }
 
 std::optional<std::string> RoundKeys::stragglers(Store& store) const {

@@ -15,12 +15,18 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/rendezvous_handler.h"
 
 namespace ddprun::rdzv {
+
+// Which of `keys` exist: one CHECK for them all, halves checked again only where one is missing (a GET or
+// MULTI_GET would wait for a missing key), so that keys that all exist cost one request. Throws StoreError.
+std::vector<bool> keys_present(Store& store, const std::vector<std::string>& keys);
 
 class RoundKeys {
  public:
@@ -49,12 +55,25 @@ class RoundKeys {
   // in the status index (status/n, status/<i>) and sets `registered`. One request after the first.
   void publish_status(Store& store, const std::string& identity, const std::string& doc,
                       bool& registered) const;
+  // A place in the status index and the agent it names.
+  struct StatusSlot {
+    int64_t index = 0;
+    std::string identity;
+  };
+  // The status index (status/n slots, at most kMaxStatusSlots read), without the slots that name nobody
+  // (missing, emptied by prune_status, or repeating an identity): a few requests.
+  static constexpr int64_t kMaxStatusSlots = 1 << 20;
+  std::vector<StatusSlot> status_slots(Store& store) const;
+  // Removes an agent's status document and empties its slot (compare-and-set: a slot someone else took
+  // meanwhile stays theirs).
+  void prune_status(Store& store, const StatusSlot& slot) const;
   // The identities in the status index, in the order they registered (empty: none; up to three requests),
-  // and their documents (one request).
+  // and their documents: "" for an identity whose document is missing (one CHECK and one MULTI_GET when every
+  // document is there; a stranger can register an identity without one).
   std::vector<std::string> status_identities(Store& store) const;
   std::vector<std::string> status_documents(Store& store, const std::vector<std::string>& identities) const;
-  // The job-wide straggler report (status/stragglers; agent/observe/straggler_watch.h): published by the agent
-  // of node rank 0, read by `ddprun status` (nullopt: none published).
+  // The job-wide straggler report (status/stragglers; agent/observe/straggler_watch.h): published by the
+  // agent of node rank 0, read by `ddprun status` (nullopt: none published).
   void publish_stragglers(Store& store, const std::string& doc) const {
     store.set(key("status/stragglers"), doc);
   }

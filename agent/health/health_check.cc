@@ -18,11 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string env_or(const Env& env, const std::string& name, const std::string& fallback) {
-  auto it = env.find(name);
-  return it == env.end() ? fallback : it->second;
-}
-
 void check_log_dir(const AgentConfig& config, std::vector<std::string>& problems) {
   if (config.log_dir.empty()) return;
   const std::string dir = config.log_dir.string();
@@ -37,10 +32,10 @@ void check_log_dir(const AgentConfig& config, std::vector<std::string>& problems
 void check_shm(const AgentConfig& config, std::vector<std::string>& problems) {
   const int n = static_cast<int>(config.workers.size());
   if (n < 2 || env_or(config.base_env, "DDPRUN_CPU_TRANSPORT", "") == "tcp") return;  // no segment then
-  size_t slot = kDefaultShmSlotBytes;
-  if (auto v = parse_uint(env_or(config.base_env, "DDPRUN_SHM_SLOT_BYTES", "")))
-    slot = static_cast<size_t>(*v);
-  const uint64_t need = ShmLayout(n, slot).total_bytes;
+  // The SDK's value (shm_layout.h); one it would refuse is its error at init, not this node's health.
+  const auto slot = shm_slot_bytes(env_or(config.base_env, "DDPRUN_SHM_SLOT_BYTES"));
+  if (!slot) return;
+  const uint64_t need = ShmLayout(n, *slot).total_bytes;
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) != 0) return;  // no /dev/shm: the SDK's TCP path runs instead
   if (auto p = room_problem("/dev/shm (the worker SDK's segment of " + std::to_string(n) + " local ranks)",
@@ -49,29 +44,25 @@ void check_shm(const AgentConfig& config, std::vector<std::string>& problems) {
     problems.push_back(p);
 }
 
-void check_gpus(const AgentConfig& config, Nvml& nvml, std::vector<std::string>& problems) {
-  bool listed = false;
-  const auto gpus = node_gpus(config.base_env, static_cast<int>(config.workers.size()), listed);
+void check_gpus(const NodeGpus& gpus, Nvml& nvml, std::vector<std::string>& problems) {
   const int count = nvml.device_count();
-  for (const auto& gpu : gpus) {
-    if (!listed && parse_uint(gpu).value_or(0) >= static_cast<uint64_t>(count)) continue;
+  for (const auto& gpu : gpus.ids) {
+    if (!gpus.listed && parse_uint(gpu).value_or(0) >= static_cast<uint64_t>(count)) continue;
     GpuState state = nvml.device(gpu);
     if (!state.ok) problems.push_back(state.problem);
   }
 }
 
 // Runs --health_check; its output goes to the log, line by line.
-void check_command(const AgentConfig& config, std::vector<std::string>& problems) {
+void check_command(const AgentConfig& config, const NodeGpus& gpus, std::vector<std::string>& problems) {
   const HealthPolicy& h = config.health;
-  bool listed = false;
   CommandRun run{.exe = "/bin/sh",
                  .argv = {"sh", "-c", h.command},
                  .env = config.base_env,
                  .deadline = h.command_timeout,
                  .capture_stdout = true,
                  .new_process_group = true};
-  run.env["DDPRUN_HEALTH_GPUS"] =
-      join(node_gpus(config.base_env, static_cast<int>(config.workers.size()), listed), ",");
+  run.env["DDPRUN_HEALTH_GPUS"] = join(gpus.ids, ",");
   run.env["LOCAL_WORLD_SIZE"] = std::to_string(config.workers.size());
   std::string output;
   const int status = run_command(run, output);
@@ -92,18 +83,18 @@ std::string HealthReport::summary() const {
   return join(problems, "; ");
 }
 
-std::vector<std::string> node_gpus(const Env& env, int local_world_size, bool& listed) {
-  std::vector<std::string> gpus;
+NodeGpus node_gpus(const Env& env, int local_world_size) {
+  NodeGpus gpus;
   auto it = env.find("CUDA_VISIBLE_DEVICES");
-  listed = it != env.end();
-  if (listed) {
+  gpus.listed = it != env.end();
+  if (gpus.listed) {
     for (auto& entry : split(it->second, ',')) {
-      if (static_cast<int>(gpus.size()) == local_world_size) break;
-      if (!entry.empty()) gpus.push_back(trim(entry));
+      if (static_cast<int>(gpus.ids.size()) == local_world_size) break;
+      if (!entry.empty()) gpus.ids.push_back(trim(entry));
     }
     return gpus;
   }
-  for (int i = 0; i < local_world_size; ++i) gpus.push_back(std::to_string(i));
+  for (int i = 0; i < local_world_size; ++i) gpus.ids.push_back(std::to_string(i));
   return gpus;
 }
 
@@ -119,12 +110,13 @@ std::string room_problem(const std::string& what, const std::string& dir, uint64
 HealthReport check_health(const AgentConfig& config, Nvml* nvml) {
   HealthReport report;
   const auto start = Clock::now();
+  const NodeGpus gpus = node_gpus(config.base_env, static_cast<int>(config.workers.size()));
   if (config.health.builtin) {
     check_log_dir(config, report.problems);
     check_shm(config, report.problems);
-    if (nvml) check_gpus(config, *nvml, report.problems);
+    if (nvml) check_gpus(gpus, *nvml, report.problems);
   }
-  if (!config.health.command.empty()) check_command(config, report.problems);
+  if (!config.health.command.empty()) check_command(config, gpus, report.problems);
   report.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   return report;
 }

@@ -30,9 +30,13 @@ struct HealthReport {
   std::string summary() const;  // the problems, "; "-separated
 };
 
-// The GPUs local ranks 0..local_world_size-1 use, as CUDA_VISIBLE_DEVICES names them; `listed`: named by
-// CUDA_VISIBLE_DEVICES (else GPU indices 0..n-1).
-std::vector<std::string> node_gpus(const Env& env, int local_world_size, bool& listed);
+// The GPUs local ranks 0..local_world_size-1 use: the entries of CUDA_VISIBLE_DEVICES (`listed`), else GPU
+// indices 0..n-1.
+struct NodeGpus {
+  std::vector<std::string> ids;
+  bool listed = false;
+};
+NodeGpus node_gpus(const Env& env, int local_world_size);
 
 // "" when `dir` has `need` bytes free; else what is wrong ("<what> <dir> has 12 MiB free, 64 MiB needed").
 std::string room_problem(const std::string& what, const std::string& dir, uint64_t need);

@@ -131,9 +131,8 @@ void AgentLoop::prepare() {
       spdlog::debug("no NVML ({}): GPUs are neither checked nor waited for", why);
       return;
     }
-    bool listed = false;
-    const auto gpus = node_gpus(config_.base_env, static_cast<int>(config_.workers.size()), listed);
-    gpu_baseline_ = gpu_memory_used(*nvml_, gpus);
+    gpu_baseline_ =
+        gpu_memory_used(*nvml_, node_gpus(config_.base_env, static_cast<int>(config_.workers.size())).ids);
     spdlog::info("NVML sees {} GPUs; this node's local ranks use {} of them", nvml_->device_count(),
                  gpu_baseline_.size());
   }
@@ -177,16 +176,24 @@ void AgentLoop::await_healthy() {
   }
 }
 
-// Runs while the round's watcher heartbeats for this node (a wait of up to --gpu_memory_wait must not get it
-// declared lost); an event (the round stopped, a signal) ends it at once and is handled by monitor().
-void AgentLoop::await_gpu_memory() {
+// Runs while the watcher of `round` heartbeats for this node (a wait of up to --gpu_memory_wait must not get
+// it declared lost); a signal, or the watcher's report that the round stopped, ends it at once (monitor()
+// handles the event). Reports about earlier rounds, still queued, do not.
+void AgentLoop::await_gpu_memory(int round) {
   if (!nvml_ || gpu_baseline_.empty() || config_.health.gpu_memory_wait.count() == 0) return;
+  auto ends_wait = [round](const Event& e) {
+    return e.kind == Event::Kind::kSignal ||
+           ((e.kind == Event::Kind::kRoundStopped || e.kind == Event::Kind::kWatcherError) &&
+            e.round == round);
+  };
   const GpuMemoryWait w = wait_for_gpu_memory(
       *nvml_, gpu_baseline_, config_.health.gpu_memory_wait,
-      [this](std::chrono::milliseconds d) { return events_.wait_pending(Clock::now() + d); });
+      [&](std::chrono::milliseconds d) { return events_.wait_for(ends_wait, Clock::now() + d); });
   if (w.interrupted) {
-    spdlog::info("stopped waiting for the previous workers' GPU memory after {}: {}", duration_text(w.waited),
-                 "an event arrived (the round stopped, or a signal)");
+    spdlog::info(
+        "stopped waiting for the previous workers' GPU memory after {}: the round stopped, or a "
+        "signal arrived",
+        duration_text(w.waited));
   } else if (!w.still_held.empty()) {
     spdlog::warn(
         "the previous workers' GPU memory is still held after {} ({}); starting the new workers anyway",
@@ -273,7 +280,7 @@ WorkerGroup AgentLoop::assign(const rdzv::RendezvousInfo& round) {
 void AgentLoop::spawn(WorkerGroup& group) {
   round_end_.reset();
   watcher_.start(group.round.round);  // first: it heartbeats for this node while the GPUs are waited for
-  if (generations_++ > 0) await_gpu_memory();
+  if (generations_++ > 0) await_gpu_memory(group.round.round);
   observer_.set_group(&group);
   observer_.set_state("running");
   if (std::string error = processes_->spawn(group); !error.empty()) {

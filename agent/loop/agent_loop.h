@@ -63,8 +63,9 @@ class AgentLoop {
   rdzv::RendezvousInfo rendezvous();
   // Before a join: the node's health checks, standing aside and checking again while they fail.
   void await_healthy();
-  // Before a generation that follows another: the old one's GPU memory released (agent/health/gpu_memory.h).
-  void await_gpu_memory();
+  // Before a generation that follows another, in `round`: the old one's GPU memory released
+  // (agent/health/gpu_memory.h).
+  void await_gpu_memory(int round);
   WorkerGroup assign(const rdzv::RendezvousInfo& round);
   void spawn(WorkerGroup& group);
   RoundEnd monitor(WorkerGroup& group);

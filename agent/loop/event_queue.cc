@@ -1,5 +1,7 @@
 #include "agent/loop/event_queue.h"
 
+#include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace ddprun::agent {
@@ -25,9 +27,10 @@ bool EventQueue::pop(Event& out, std::optional<Clock::time_point> deadline) {
   return true;
 }
 
-bool EventQueue::wait_pending(Clock::time_point deadline) {
+bool EventQueue::wait_for(const std::function<bool(const Event&)>& wanted, Clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  return cv_.wait_until(lock, deadline, [&] { return !events_.empty(); });
+  return cv_.wait_until(lock, deadline,
+                        [&] { return std::any_of(events_.begin(), events_.end(), std::cref(wanted)); });
 }
 
 }  // namespace ddprun::agent

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -44,8 +45,9 @@ class EventQueue {
   // Waits for the next event until `deadline` (nullopt: forever). Returns false on the deadline (`out`
   // untouched). One consumer at a time.
   bool pop(Event& out, std::optional<Clock::time_point> deadline);
-  // Waits until an event is queued (true; it stays queued) or `deadline` passes (false). The consumer only.
-  bool wait_pending(Clock::time_point deadline);
+  // Waits until a queued event is `wanted` (true; every event stays queued) or `deadline` passes (false).
+  // The consumer only.
+  bool wait_for(const std::function<bool(const Event&)>& wanted, Clock::time_point deadline);
 
  private:
   std::mutex mu_;

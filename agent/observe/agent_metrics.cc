@@ -36,84 +36,76 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Every metric this agent exports, by the member it makes (docs/observability.md lists them).
+constexpr MetricSpec kRestarts{"ddprun_restarts_total",
+                               "Restarts of the worker group counted against --max_restarts"};
+constexpr MetricSpec kRounds{"ddprun_rounds_total", "Rounds this agent ran, by how they ended"};
+constexpr MetricSpec kExits{"ddprun_worker_exits_total", "Worker exits, by exit code or signal"};
+constexpr MetricSpec kRendezvous{"ddprun_rendezvous_duration_seconds",
+                                 "Time from joining a round to its completion"};
+constexpr MetricSpec kWorkers{"ddprun_workers", "This agent's workers, by state"};
+constexpr MetricSpec kProgressAge{"ddprun_rank_progress_age_seconds",
+                                  "Seconds since a local rank last wrote its $DDPRUN_PROGRESS_FILE"};
+constexpr MetricSpec kStepTime{"ddprun_rank_step_seconds",
+                               "A local rank's last step time, from its $DDPRUN_PROGRESS_FILE"};
+constexpr MetricSpec kBeforeCollective{
+    "ddprun_rank_before_collective_seconds",
+    "A local rank's time before its last step's first collective, from its $DDPRUN_PROGRESS_FILE"};
+constexpr MetricSpec kStragglers{
+    "ddprun_straggler",
+    "1 for each rank of the job flagged as a straggler (exported by the agent of node rank 0)"};
+constexpr MetricSpec kStragglerEpisodes{"ddprun_straggler_episodes_total",
+                                        "Straggler episodes begun (counted by the agent of node rank 0)"};
+constexpr MetricSpec kCpu{"ddprun_agent_cpu_seconds_total",
+                          "CPU time (user and system) of the agent process itself"};
+constexpr MetricSpec kRss{"ddprun_agent_resident_memory_bytes",
+                          "Resident memory of the agent process itself"};
+constexpr MetricSpec kStoreConnections{"ddprun_store_connections",
+                                       "Open connections to the store this agent hosts"};
+constexpr MetricSpec kStoreRequests{"ddprun_store_requests_total",
+                                    "Requests served by the store this agent hosts, by operation"};
+constexpr MetricSpec kStoreHeld{
+    "ddprun_store_held_bytes",
+    "Bytes the store this agent hosts holds for its clients (see --store_memory_budget)"};
+constexpr MetricSpec kStoreBudget{"ddprun_store_memory_budget_bytes", "The store's --store_memory_budget"};
+constexpr MetricSpec kStoreDropped{
+    "ddprun_store_clients_dropped_total",
+    "Store clients closed for misbehaviour or for holding the most over the budget"};
+constexpr MetricSpec kStoreRefused{
+    "ddprun_store_clients_refused_total",
+    "Store clients refused by a store with the job's secret (--rdzv_secret_file)"};
+
 }  // namespace
 
+prometheus::Family<prometheus::Counter>& AgentMetrics::counter(const MetricSpec& m) {
+  return BuildCounter().Name(m.name).Help(m.help).Register(*registry_);
+}
+prometheus::Family<prometheus::Gauge>& AgentMetrics::gauge(const MetricSpec& m) {
+  return BuildGauge().Name(m.name).Help(m.help).Register(*registry_);
+}
+prometheus::Family<prometheus::Histogram>& AgentMetrics::histogram(const MetricSpec& m) {
+  return BuildHistogram().Name(m.name).Help(m.help).Register(*registry_);
+}
+
 AgentMetrics::AgentMetrics()
-    : restarts_(BuildCounter()
-                    .Name("ddprun_restarts_total")
-                    .Help("Restarts of the worker group counted against --max_restarts")
-                    .Register(*registry_)),
-      rounds_(BuildCounter()
-                  .Name("ddprun_rounds_total")
-                  .Help("Rounds this agent ran, by how they ended")
-                  .Register(*registry_)),
-      exits_(BuildCounter()
-                 .Name("ddprun_worker_exits_total")
-                 .Help("Worker exits, by exit code or signal")
-                 .Register(*registry_)),
-      rendezvous_(BuildHistogram()
-                      .Name("ddprun_rendezvous_duration_seconds")
-                      .Help("Time from joining a round to its completion")
-                      .Register(*registry_)),
-      workers_(
-          BuildGauge().Name("ddprun_workers").Help("This agent's workers, by state").Register(*registry_)),
-      progress_age_(BuildGauge()
-                        .Name("ddprun_rank_progress_age_seconds")
-                        .Help("Seconds since a local rank last wrote its $DDPRUN_PROGRESS_FILE")
-                        .Register(*registry_)),
-      step_time_(BuildGauge()
-                     .Name("ddprun_rank_step_seconds")
-                     .Help("A local rank's last step time, from its $DDPRUN_PROGRESS_FILE")
-                     .Register(*registry_)),
-      before_collective_(BuildGauge()
-                             .Name("ddprun_rank_before_collective_seconds")
-                             .Help("A local rank's time before its last step's first collective, from its "
-                                   "$DDPRUN_PROGRESS_FILE")
-                             .Register(*registry_)),
-      stragglers_(
-          BuildGauge()
-              .Name("ddprun_straggler")
-              .Help("1 for each rank of the job flagged as a straggler (exported by the agent of node "
-                    "rank 0)")
-              .Register(*registry_)),
-      straggler_episodes_(BuildCounter()
-                              .Name("ddprun_straggler_episodes_total")
-                              .Help("Straggler episodes begun (counted by the agent of node rank 0)")
-                              .Register(*registry_)),
-      cpu_(BuildCounter()
-               .Name("ddprun_agent_cpu_seconds_total")
-               .Help("CPU time (user and system) of the agent process itself")
-               .Register(*registry_)),
-      rss_(BuildGauge()
-               .Name("ddprun_agent_resident_memory_bytes")
-               .Help("Resident memory of the agent process itself")
-               .Register(*registry_)),
-      store_connections_(BuildGauge()
-                             .Name("ddprun_store_connections")
-                             .Help("Open connections to the store this agent hosts")
-                             .Register(*registry_)),
-      store_requests_(BuildCounter()
-                          .Name("ddprun_store_requests_total")
-                          .Help("Requests served by the store this agent hosts, by operation")
-                          .Register(*registry_)),
-      store_held_(
-          BuildGauge()
-              .Name("ddprun_store_held_bytes")
-              .Help("Bytes the store this agent hosts holds for its clients (see --store_memory_budget)")
-              .Register(*registry_)),
-      store_budget_(BuildGauge()
-                        .Name("ddprun_store_memory_budget_bytes")
-                        .Help("The store's --store_memory_budget")
-                        .Register(*registry_)),
-      store_dropped_(
-          BuildCounter()
-              .Name("ddprun_store_clients_dropped_total")
-              .Help("Store clients closed for misbehaviour or for holding the most over the budget")
-              .Register(*registry_)),
-      store_refused_(BuildCounter()
-                         .Name("ddprun_store_clients_refused_total")
-                         .Help("Store clients refused by a store with the job's secret (--rdzv_secret_file)")
-                         .Register(*registry_)) {
+    : restarts_(counter(kRestarts)),
+      rounds_(counter(kRounds)),
+      exits_(counter(kExits)),
+      rendezvous_(histogram(kRendezvous)),
+      workers_(gauge(kWorkers)),
+      progress_age_(gauge(kProgressAge)),
+      step_time_(gauge(kStepTime)),
+      before_collective_(gauge(kBeforeCollective)),
+      stragglers_(gauge(kStragglers)),
+      straggler_episodes_(counter(kStragglerEpisodes)),
+      cpu_(counter(kCpu)),
+      rss_(gauge(kRss)),
+      store_connections_(gauge(kStoreConnections)),
+      store_requests_(counter(kStoreRequests)),
+      store_held_(gauge(kStoreHeld)),
+      store_budget_(gauge(kStoreBudget)),
+      store_dropped_(counter(kStoreDropped)),
+      store_refused_(counter(kStoreRefused)) {
   restarts_.Add({});
   for (const char* reason : {"failure", "membership", "signal", "done", "exit"})
     rounds_.Add({{"reason", reason}});

@@ -30,6 +30,12 @@
 
 namespace ddprun::agent {
 
+// A metric's name and help text (agent_metrics.cc has the table).
+struct MetricSpec {
+  const char* name;
+  const char* help;
+};
+
 class AgentMetrics {
  public:
   AgentMetrics();
@@ -47,6 +53,10 @@ class AgentMetrics {
   std::string text();
 
  private:
+  // A family of `m`'s name and help, registered in registry_.
+  prometheus::Family<prometheus::Counter>& counter(const MetricSpec& m);
+  prometheus::Family<prometheus::Gauge>& gauge(const MetricSpec& m);
+  prometheus::Family<prometheus::Histogram>& histogram(const MetricSpec& m);
   // Parts of refresh(), under mu_.
   void refresh_ranks(const WorkerGroup* group, const std::vector<RankSample>& samples);
   void refresh_stragglers(const std::map<int, StragglerEpisode>& stragglers);

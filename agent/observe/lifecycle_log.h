@@ -13,14 +13,19 @@
 //   straggler         rank, rank_host, before_collective_s, median_s, factor (node rank 0 only)
 //   straggler_end     rank, rank_host, before_collective_s, median_s
 //   agent_exit        exit_code, state (done, failed), detail
-// A file that cannot be opened is an error at start (the agent exits 2, naming it, before any worker starts);
-// a write that fails later is logged once and the events after it are dropped (the job goes on).
+// A file that cannot be opened is an error at start (the agent exits 2, naming it, before any worker starts):
+// a FIFO with no reader too, at once (the file is opened non-blocking). An event that cannot be written later
+// (a full disk, a pipe whose reader is gone or too slow) is dropped, said at most once a minute with the
+// count, and the log stays on: the job never waits for it.
 //
 // Threads: the agent loop's. Nothing throws but std::bad_alloc and, from open(), std::system_error.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace ddprun::agent {
@@ -43,9 +48,18 @@ class LifecycleLog {
   void set_round(int round) { round_ = round; }
   // Appends {common fields..., "event": event, fields...}.
   void record(const std::string& event, const EventFields& fields = EventFields::object());
+  // Events dropped so far (tests).
+  uint64_t dropped_events() const { return dropped_; }
 
  private:
+  static constexpr std::chrono::milliseconds kLineFinish{1000};
+  int write_line(const std::string& text);
+  void drop(int error);
+
   int fd_ = -1;
+  bool fifo_ = false;  // a pipe: a line is written whole or not at all
+  uint64_t dropped_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_complaint_;
   std::filesystem::path file_;
   std::string run_id_, host_;
   int round_ = -1;

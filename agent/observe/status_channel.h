@@ -6,7 +6,9 @@
 //
 // On node rank 0 of the running round, after its own document, the thread also makes the job-wide straggler
 // report (straggler_watch.h) when due: it reads every agent's document, publishes the report when it
-// changed, and keeps the episodes for the loop (take_episodes).
+// changed, and keeps the episodes for the loop (take_episodes). And once a minute it removes the documents
+// of agents that left the job more than kPruneAge ago (prune()), so that the index of a long elastic job
+// names the agents that matter, not every agent that ever ran.
 //
 // A store that stalls or is gone costs this thread, never the loop: its requests wait at most kRequestTimeout
 // and a failure drops the connection (logged at debug level: the status is best effort), to be made again
@@ -32,6 +34,8 @@
 namespace ddprun::agent {
 
 constexpr std::chrono::milliseconds kObserverRequestTimeout{2000};
+constexpr std::chrono::seconds kPruneInterval{60};
+constexpr std::chrono::seconds kPruneAge{600};
 
 struct StatusPost {
   rdzv::StoreAccess access;
@@ -42,8 +46,8 @@ struct StatusPost {
 
 class StatusChannel {
  public:
-  // straggler_factor 0: no straggler report.
-  explicit StatusChannel(double straggler_factor);
+  // straggler_factor 0: no straggler report. prune_interval: kPruneInterval (tests: shorter).
+  explicit StatusChannel(double straggler_factor, std::chrono::milliseconds prune_interval = kPruneInterval);
   ~StatusChannel();
   StatusChannel(const StatusChannel&) = delete;
   StatusChannel& operator=(const StatusChannel&) = delete;
@@ -61,6 +65,7 @@ class StatusChannel {
   // On the thread, without the lock: publishes `p`, then the straggler report when due.
   void publish(const StatusPost& p);
   void report_stragglers(const StatusPost& p, rdzv::Store& store);
+  void prune(const StatusPost& p, rdzv::Store& store);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -76,6 +81,8 @@ class StatusChannel {
   std::string store_at_;                 // host:port of store_
   bool registered_ = false;              // in store_'s status index
   std::vector<std::string> identities_;  // the status index at its last read
+  std::chrono::milliseconds prune_interval_;
+  std::chrono::steady_clock::time_point next_prune_;
 
   std::thread thread_;  // last: started when everything above exists
 };

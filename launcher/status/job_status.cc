@@ -10,6 +10,7 @@
 #include "agent/observe/status_document.h"
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/round_keys.h"
+#include "rendezvous/util/text_util.h"
 #include "rendezvous/util/unix_time.h"
 
 namespace ddprun::launcher {
@@ -21,26 +22,6 @@ using json = nlohmann::json;
 template <class T>
 json or_null(const std::optional<T>& v) {
   return v ? json(*v) : json();
-}
-
-// Which of `keys` exist: one CHECK for them all, halves checked again only where one is missing (a GET or
-// MULTI_GET would wait for a missing key), so a job where every agent is alive costs one request.
-void check_present(rdzv::Store& store, const std::vector<std::string>& keys, size_t begin, size_t end,
-                   std::vector<bool>& out) {
-  if (begin == end) return;
-  if (store.check(std::vector<std::string>(keys.begin() + begin, keys.begin() + end))) {
-    std::fill(out.begin() + begin, out.begin() + end, true);
-  } else if (end - begin > 1) {
-    const size_t mid = begin + (end - begin) / 2;
-    check_present(store, keys, begin, mid, out);
-    check_present(store, keys, mid, end, out);
-  }
-}
-
-std::vector<bool> keys_present(rdzv::Store& store, const std::vector<std::string>& keys) {
-  std::vector<bool> out(keys.size(), false);
-  check_present(store, keys, 0, keys.size(), out);
-  return out;
 }
 
 // "0-3", "0,2,5-6"; "-" for none.
@@ -111,69 +92,113 @@ std::string columns(const std::vector<std::vector<std::string>>& rows) {
 
 }  // namespace
 
-json read_job_status(rdzv::Store& store, const std::string& run_id, const std::string& endpoint) {
-  const rdzv::RoundKeys keys(run_id);
-  const std::vector<std::string> identities = keys.status_identities(store);
-  if (identities.empty()) {
-    throw JobNotFound("no agent of job '" + run_id + "' has published its status at " + endpoint +
+namespace {
+
+// What the store holds of a job, read tolerantly: every agent's document (an unreadable one as state
+// "unreadable"), what could not be read, and the job's round and its stop.
+struct JobRecords {
+  std::vector<std::string> identities;
+  std::vector<agent::StatusDocument> docs;
+  std::vector<bool> live;  // per document: false when a c10d agent's live/ key is gone
+  json skipped = json::array();
+  int round = -1;
+  std::optional<rdzv::RoundStop> stop;
+  std::set<int> flagged;  // the ranks node rank 0 flags in `round` (agent/observe/straggler_watch.h)
+  bool closed = false;
+};
+
+JobRecords read_records(rdzv::Store& store, const rdzv::RoundKeys& keys, const std::string& endpoint) {
+  JobRecords r;
+  r.identities = keys.status_identities(store);
+  if (r.identities.empty()) {
+    throw JobNotFound("no agent of job '" + keys.run_id() + "' has published its status at " + endpoint +
                       ": no such --rdzv_id there, or its agents are of a ddprun without `ddprun status`");
   }
-  const std::vector<std::string> texts = keys.status_documents(store, identities);
-  const bool closed = store.check({keys.key("closed")});
-  const double now = unix_now();
-
-  // Every document, read tolerantly: what cannot be read is skipped and listed under "skipped".
-  json skipped = json::array();
-  std::vector<agent::StatusDocument> docs;
-  int round = -1;
+  const std::vector<std::string> texts = keys.status_documents(store, r.identities);
+  r.closed = store.check({keys.key("closed")});
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<std::string> problems;
     auto d = agent::read_status_document(texts[i], problems);
-    for (const std::string& p : problems) skipped.push_back("agent " + identities[i] + ": " + p);
+    for (const std::string& p : problems) r.skipped.push_back("agent " + r.identities[i] + ": " + p);
     if (!d) d = agent::StatusDocument{.state = "unreadable"};
-    round = std::max(round, d->round.value_or(-1));
-    docs.push_back(std::move(*d));
+    r.round = std::max(r.round, d->round.value_or(-1));
+    r.docs.push_back(std::move(*d));
   }
-  std::optional<rdzv::RoundStop> stop;
-  if (round >= 0 && store.check({keys.round_key(round, "stop")})) {
-    stop = rdzv::decode_round_stop(store.get(keys.round_key(round, "stop")));
+  // c10d: the round the store says the job runs (its closer's key), rather than what a document claims.
+  if (store.check({keys.key("round")})) {
+    if (auto round = parse_int_in<int>(store.get(keys.key("round")), 0, INT32_MAX)) r.round = *round;
   }
-  // The ranks flagged by the agent of node rank 0 in this round (agent/observe/straggler_watch.h).
-  std::set<int> flagged;
+  if (r.round >= 0 && store.check({keys.round_key(r.round, "stop")})) {
+    r.stop = rdzv::decode_round_stop(store.get(keys.round_key(r.round, "stop")));
+  }
   if (auto text = keys.stragglers(store)) {
     std::vector<std::string> problems;
-    if (auto report = agent::read_straggler_report(*text, problems); report && report->round == round) {
-      for (const agent::StragglerEntry& e : report->ranks) flagged.insert(e.rank);
+    if (auto report = agent::read_straggler_report(*text, problems); report && report->round == r.round) {
+      for (const agent::StragglerEntry& e : report->ranks) r.flagged.insert(e.rank);
     }
-    for (const std::string& p : problems) skipped.push_back(p);
+    for (const std::string& p : problems) r.skipped.push_back(p);
   }
-  // c10d: which agents still hold their connection-bound live/ key (one request for them all).
-  std::vector<bool> live(docs.size(), true);
+  // c10d agents that have not finished: do they still hold their connection-bound live/ key?
+  r.live.assign(r.docs.size(), true);
   std::vector<std::string> live_keys;
   std::vector<size_t> asked;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const std::string& state = docs[i].state;
-    if (docs[i].backend == "c10d" && state != "done" && state != "failed" && state != "unhealthy") {
-      live_keys.push_back(keys.key("live/" + identities[i]));
+  for (size_t i = 0; i < r.docs.size(); ++i) {
+    const std::string& state = r.docs[i].state;
+    if (r.docs[i].backend == "c10d" && state != "done" && state != "failed" && state != "unhealthy") {
+      live_keys.push_back(keys.key("live/" + r.identities[i]));
       asked.push_back(i);
     }
   }
-  const std::vector<bool> present = keys_present(store, live_keys);
-  for (size_t k = 0; k < asked.size(); ++k) live[asked[k]] = present[k];
+  const std::vector<bool> present = rdzv::keys_present(store, live_keys);
+  for (size_t k = 0; k < asked.size(); ++k) r.live[asked[k]] = present[k];
+  return r;
+}
 
+// A node's state as `ddprun status` shows it: its agent's, or lost (its c10d agent's connection is gone), or
+// spare (it waits while the job runs a round without it).
+std::string node_state(const JobRecords& r, size_t i) {
+  const agent::StatusDocument& d = r.docs[i];
+  const std::string state = d.state.empty() ? "unknown" : d.state;
+  if (!r.live[i]) return "lost";
+  const bool finished = state == "done" || state == "failed";
+  if (!finished && d.round != r.round && r.round >= 0 && !r.closed && state != "unhealthy") return "spare";
+  return state;
+}
+
+json rank_entry(const JobRecords& r, const agent::StatusDocument& d, const agent::RankStatus& rank,
+                const json& node_rank) {
+  return {{"rank", rank.rank},
+          {"node_rank", node_rank},
+          {"local_rank", rank.local_rank},
+          {"host", d.host},
+          {"pid", or_null(rank.pid)},
+          {"state", rank.state.empty() ? json() : json(rank.state)},
+          {"progress_age_s", or_null(rank.progress_age_s)},
+          {"step", or_null(rank.step)},
+          {"step_time_s", or_null(rank.step_time_s)},
+          {"before_collective_s", or_null(rank.before_collective_s)},
+          {"straggler", rank.before_collective_s ? json(r.flagged.count(rank.rank) > 0) : json()}};
+}
+
+std::string job_state(const JobRecords& r, bool any_failed, bool any_running) {
+  if (r.closed || (r.stop && r.stop->kind == rdzv::RoundStop::Kind::kDone))
+    return any_failed ? "failed" : "done";
+  if (r.stop) return "restarting";
+  return any_running ? "running" : "forming";
+}
+
+}  // namespace
+
+json read_job_status(rdzv::Store& store, const std::string& run_id, const std::string& endpoint) {
+  const JobRecords r = read_records(store, rdzv::RoundKeys(run_id), endpoint);
+  const double now = unix_now();
   json nodes = json::array(), ranks = json::array();
   int used = 0, max = 0;
   bool any_failed = false, any_running = false;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const agent::StatusDocument& d = docs[i];
-    std::string state = d.state.empty() ? "unknown" : d.state;
-    const bool finished = state == "done" || state == "failed";
-    const bool in_round = round >= 0 && d.round == round;
-    if (!live[i]) {
-      state = "lost";
-    } else if (!finished && !in_round && round >= 0 && !closed) {
-      state = state == "unhealthy" ? state : "spare";
-    }
+  for (size_t i = 0; i < r.docs.size(); ++i) {
+    const agent::StatusDocument& d = r.docs[i];
+    const std::string state = node_state(r, i);
+    const bool in_round = r.round >= 0 && d.round == r.round;
     any_failed = any_failed || state == "failed";
     any_running = any_running || (in_round && state == "running");
     used = std::max(used, d.restarts_used);
@@ -181,22 +206,12 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
     json node_ranks = json::array();
     const json node_rank = in_round && d.node_rank ? json(*d.node_rank) : json();
     if (in_round) {
-      for (const agent::RankStatus& r : d.ranks) {
-        node_ranks.push_back(r.rank);
-        ranks.push_back({{"rank", r.rank},
-                         {"node_rank", node_rank},
-                         {"local_rank", r.local_rank},
-                         {"host", d.host},
-                         {"pid", or_null(r.pid)},
-                         {"state", r.state.empty() ? json() : json(r.state)},
-                         {"progress_age_s", or_null(r.progress_age_s)},
-                         {"step", or_null(r.step)},
-                         {"step_time_s", or_null(r.step_time_s)},
-                         {"before_collective_s", or_null(r.before_collective_s)},
-                         {"straggler", r.before_collective_s ? json(flagged.count(r.rank) > 0) : json()}});
+      for (const agent::RankStatus& rank : d.ranks) {
+        node_ranks.push_back(rank.rank);
+        ranks.push_back(rank_entry(r, d, rank, node_rank));
       }
     }
-    nodes.push_back({{"identity", identities[i]},
+    nodes.push_back({{"identity", r.identities[i]},
                      {"node_rank", node_rank},
                      {"host", d.host},
                      {"agent_pid", or_null(d.pid)},
@@ -213,27 +228,16 @@ json read_job_status(rdzv::Store& store, const std::string& run_id, const std::s
     return ra != rb ? ra < rb : a["identity"] < b["identity"];
   });
   std::sort(ranks.begin(), ranks.end(), [](const json& a, const json& b) { return a["rank"] < b["rank"]; });
-
-  std::string state;
-  if (closed || (stop && stop->kind == rdzv::RoundStop::Kind::kDone)) {
-    state = any_failed ? "failed" : "done";
-  } else if (stop) {
-    state = "restarting";
-  } else if (any_running) {
-    state = "running";
-  } else {
-    state = "forming";
-  }
   return json{{"v", 1},
               {"run_id", run_id},
               {"endpoint", endpoint},
-              {"state", state},
-              {"round", round >= 0 ? json(round) : json()},
+              {"state", job_state(r, any_failed, any_running)},
+              {"round", r.round >= 0 ? json(r.round) : json()},
               {"restarts", {{"used", used}, {"max", max}}},
               {"time", now},
               {"nodes", nodes},
               {"ranks", ranks},
-              {"skipped", skipped}};
+              {"skipped", r.skipped}};
 }
 
 std::string status_table(const json& s) {

@@ -1,6 +1,6 @@
-// DynamicRendezvous (rendezvous/c10d/dynamic_rendezvous.h): what its store failover adds — finding the job's store
-// among several endpoints, the standby store, noticing the store's loss, moving to the successor that takes
-// over (rendezvous/c10d/store_failover.h), and a store host learning that its job moved on without it.
+// DynamicRendezvous (rendezvous/c10d/dynamic_rendezvous.h): what its store failover adds — finding the job's
+// store among several endpoints, the standby store, noticing the store's loss, moving to the successor that
+// takes over (rendezvous/c10d/store_failover.h), and a store host learning that its job moved on without it.
 #include <spdlog/spdlog.h>
 
 #include <thread>
@@ -53,7 +53,12 @@ void DynamicRendezvous::start_standby() {
   for (const auto& ep : options_.fallback_endpoints) {
     if (is_local_host(ep.host)) port = ep.port;
   }
-  failover_.start_standby(address, port, options_.store_memory_budget, options_.local_addr);
+  // The standby may become the job's store: it reports a lost agent at once, as the first store's host does.
+  standby_reporter_ = std::make_unique<LossReporter>(keys_, auth_);
+  failover_.start_standby(address, port, options_.store_memory_budget, options_.local_addr,
+                          standby_reporter_->hook());
+  standby_reporter_->start(options_.local_addr.empty() ? "127.0.0.1" : options_.local_addr,
+                           failover_.standby_port());
 }
 
 RoundStop DynamicRendezvous::lose_store(const std::string& why) {

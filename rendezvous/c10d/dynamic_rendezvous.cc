@@ -48,8 +48,7 @@ DynamicRendezvous::DynamicRendezvous(DynamicRendezvousOptions options)
       so.host = options_.local_addr;  // "" = every interface
       so.port = options_.endpoint_port;
       so.memory_budget = options_.store_memory_budget;
-      loss_reporter_ = std::make_unique<LossReporter>(
-          keys_, [this] { return round_.load(); }, auth_);
+      loss_reporter_ = std::make_unique<LossReporter>(keys_, auth_);
       so.on_connection_key_released = loss_reporter_->hook();
       store_at_.port = host_store(so);
       loss_reporter_->start(store_at_.host, store_at_.port);

@@ -213,10 +213,12 @@ class DynamicRendezvous final : public RendezvousBase {
 
   DynamicRendezvousOptions options_;
   int previous_rank_ = -1;
-  bool unhealthy_ = false;
-  // On the store host: ends the round when one of its agents' connections closes (loss_reporter.h).
-  std::unique_ptr<LossReporter>
-      loss_reporter_;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
+  bool unhealthy_ = false;  // stood aside as unhealthy; the next join deletes unhealthy/<identity>
+  // End the round when one of the job's agents' connections closes (loss_reporter.h): on the store host, for
+  // its store; on the others, for their standby (declared before failover_: the standby's server, which calls
+  // the reporter's hook, stops first).
+  std::unique_ptr<LossReporter> loss_reporter_;
+  std::unique_ptr<LossReporter> standby_reporter_;
   Endpoint store_at_;  // where the job's store is now (MASTER_ADDR:MASTER_PORT of the workers)
   StoreFailover failover_;
   std::vector<Endpoint> successors_;     // of the last round this node ran in

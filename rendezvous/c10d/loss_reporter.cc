@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 
 #include "rendezvous/c10d/c10d_round.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 
@@ -20,12 +22,8 @@ struct LossReporter::Queue {
   bool closed = false;
 };
 
-LossReporter::LossReporter(RoundKeys keys, std::function<int()> current_round,
-                           std::shared_ptr<const StoreAuth> auth)
-    : keys_(std::move(keys)),
-      current_round_(std::move(current_round)),
-      auth_(std::move(auth)),
-      queue_(std::make_shared<Queue>()) {}
+LossReporter::LossReporter(RoundKeys keys, std::shared_ptr<const StoreAuth> auth)
+    : keys_(std::move(keys)), auth_(std::move(auth)), queue_(std::make_shared<Queue>()) {}
 
 LossReporter::~LossReporter() {
   {
@@ -64,8 +62,6 @@ void LossReporter::run(const std::string& host, uint16_t port) {
       identity = std::move(queue_->identities.front());
       queue_->identities.pop_front();
     }
-    const int r = current_round_();
-    if (r < 0) continue;
     try {
       if (!store) {
         store = std::make_unique<StoreClient>(host, port,
@@ -73,7 +69,11 @@ void LossReporter::run(const std::string& host, uint16_t port) {
                                                                  .timeout = std::chrono::seconds(5),
                                                                  .auth = auth_});
       }
-      const std::string members_key = keys_.round_key(r, "members");
+      // The job's current round as the store knows it (none yet: nobody to lose).
+      if (!store->check({keys_.key("round")})) continue;
+      const auto r = parse_int_in<int>(store->get(keys_.key("round")), 0, INT32_MAX);
+      if (!r) continue;
+      const std::string members_key = keys_.round_key(*r, "members");
       if (!store->check({members_key})) continue;
       const std::vector<std::string> members = decode_identities(store->get(members_key));
       const auto it = std::find(members.begin(), members.end(), identity);
@@ -81,9 +81,9 @@ void LossReporter::run(const std::string& host, uint16_t port) {
       const int rank = static_cast<int>(it - members.begin());
       const std::string detail =
           "node " + std::to_string(rank) + " lost: its agent's connection to the store closed";
-      const RoundStop won = keys_.stop(*store, r, RoundStop{RoundStop::Kind::kMembership, -1, detail, 0});
+      const RoundStop won = keys_.stop(*store, *r, RoundStop{RoundStop::Kind::kMembership, -1, detail, 0});
       if (won.detail == detail)
-        spdlog::warn("rendezvous {} round {}: {}; re-forming without it", keys_.run_id(), r, detail);
+        spdlog::warn("rendezvous {} round {}: {}; re-forming without it", keys_.run_id(), *r, detail);
     } catch (const StoreError& e) {
       spdlog::debug("rendezvous {}: cannot report a lost agent: {}", keys_.run_id(), e.what());
       store.reset();

@@ -6,9 +6,12 @@
 // crash, instead of learning the loss only when one of their workers fails on the dead peer (gloo, NCCL) and
 // exits — which takes a torch 2.x worker a second or more.
 //
-// Only the current round's members count (the round's members key): a spare or an agent of an older round
-// that dies changes nothing. A node that stands aside deletes its own key (step_aside): not a release, no
-// stop.
+// Only the members of the job's current round count — the round the store itself names (key "round", set by
+// each round's closer), not the one this node last ran: the store's host may sit out a round (unhealthy,
+// cooled down) while the job goes on. A spare or an agent of an older round that dies changes nothing. A node
+// that stands aside deletes its own key (step_aside): not a release, no stop. Every store an agent serves
+// the job from has one: the store it hosts, and its standby (store_failover.h), which may become the job's
+// store after a failover.
 //
 // Threads: hook() may be called from any thread and never blocks; everything else on the owner's thread. The
 // destructor closes the queue and joins. A store error on the reporter's connection is logged (debug) and
@@ -28,10 +31,8 @@ namespace ddprun::rdzv {
 
 class LossReporter {
  public:
-  // current_round(): the round this node runs now (-1: none).
   // `auth`: the job's secret for its connection to the store (null: none).
-  LossReporter(RoundKeys keys, std::function<int()> current_round,
-               std::shared_ptr<const StoreAuth> auth = nullptr);
+  explicit LossReporter(RoundKeys keys, std::shared_ptr<const StoreAuth> auth = nullptr);
   ~LossReporter();
   LossReporter(const LossReporter&) = delete;
   LossReporter& operator=(const LossReporter&) = delete;
@@ -46,7 +47,6 @@ class LossReporter {
   void run(const std::string& host, uint16_t port);
 
   RoundKeys keys_;
-  std::function<int()> current_round_;
   std::shared_ptr<const StoreAuth> auth_;
   std::shared_ptr<Queue> queue_;
   std::thread thread_;

@@ -57,8 +57,10 @@ StoreFailover::StoreFailover(const RoundKeys& keys, milliseconds heartbeat_timeo
 StoreFailover::~StoreFailover() = default;
 
 void StoreFailover::start_standby(const std::string& address, uint16_t port, size_t memory_budget,
-                                  const std::string& bind_host) {
+                                  const std::string& bind_host,
+                                  std::function<void(const std::string&)> on_key_released) {
   StoreServerOptions o;
+  o.on_connection_key_released = std::move(on_key_released);
   o.host = bind_host;
   standby_bind_ = bind_host;
   o.preset = {{wire_key("standby"), "1"}};

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,11 +61,15 @@ class StoreFailover {
 
   // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port, with
   // `memory_budget` (StoreServerOptions::memory_budget; 0: the default), listening on `bind_host` only ("":
-  // every interface). Throws BindError when no port can be bound.
+  // every interface), calling `on_key_released` (StoreServerOptions::on_connection_key_released; may be
+  // empty). Throws BindError when no port can be bound.
   void start_standby(const std::string& address, uint16_t port, size_t memory_budget = 0,
-                     const std::string& bind_host = "");
+                     const std::string& bind_host = "",
+                     std::function<void(const std::string&)> on_key_released = {});
   // "addr:port" of the standby store; "" when this agent has none (it hosts the job's store).
   const std::string& standby() const { return standby_; }
+  // Its port (0: none).
+  uint16_t standby_port() const { return standby_server_ ? standby_server_->port() : 0; }
 
   // The successors of a round as the closer stores them: "<members without a standby>|<ep>,<ep>,...", and
   // back (nullopt when the text is not that).

@@ -1,6 +1,13 @@
 #include "rendezvous/util/shm_layout.h"
 
+#include "rendezvous/util/text_util.h"
+
 namespace ddprun {
+
+std::optional<size_t> shm_slot_bytes(std::string_view text) {
+  if (text.empty()) return kDefaultShmSlotBytes;
+  return parse_int_in<size_t>(text, kMinShmSlotBytes, kMaxShmSlotBytes);
+}
 
 namespace {
 

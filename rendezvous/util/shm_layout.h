@@ -8,11 +8,21 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace ddprun {
 
-// The SDK's default chunk size (ProcessGroupOptions::shm_slot_bytes; DDPRUN_SHM_SLOT_BYTES overrides it).
+// The SDK's default chunk size (ProcessGroupOptions::shm_slot_bytes; DDPRUN_SHM_SLOT_BYTES overrides it),
+// and the range the override must lie in.
 constexpr size_t kDefaultShmSlotBytes = size_t{256} << 10;
+constexpr size_t kMinShmSlotBytes = 4096;
+constexpr size_t kMaxShmSlotBytes = size_t{1} << 30;
+
+// DDPRUN_SHM_SLOT_BYTES as the SDK reads it: "" is the default; else a decimal byte count within
+// [kMinShmSlotBytes, kMaxShmSlotBytes], or nullopt (the SDK refuses it at init). One reader for the SDK and
+// the agent's health check, so both size the same segment.
+std::optional<size_t> shm_slot_bytes(std::string_view text);
 
 // What lives where in the segment of a group of `nranks` local ranks. Data areas are 4 KiB aligned.
 //   header | pids[n] | sync[n] (one cache line each) | small[2][n] | sets[kSets] of (slots[n], result) |

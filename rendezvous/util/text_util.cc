@@ -9,6 +9,12 @@
 
 namespace ddprun {
 
+std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
+                   const std::string& fallback) {
+  auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? fallback : it->second;
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

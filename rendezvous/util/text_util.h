@@ -13,6 +13,11 @@
 
 namespace ddprun {
 
+// The value of `name` in an environment map, or `fallback` when it is absent or empty (an empty variable
+// counts as unset, as torchrun reads its PET_ variables).
+std::string env_or(const std::map<std::string, std::string>& env, const std::string& name,
+                   const std::string& fallback = "");
+
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""} (always at least one part).
 std::vector<std::string> split(std::string_view text, char sep);
 // {"a", "b"}, ", " -> "a, b"; {} -> "".

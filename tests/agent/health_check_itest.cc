@@ -89,13 +89,13 @@ TEST_CASE("nvml: GPUs by index and UUID, healthy or not", "[agent][health]") {
 }
 
 TEST_CASE("health: the GPUs a node's local ranks use", "[agent][health]") {
-  bool listed = true;
-  CHECK(node_gpus({}, 3, listed) == std::vector<std::string>{"0", "1", "2"});
-  CHECK_FALSE(listed);
-  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", "3, GPU-x,5"}}, 2, listed) ==
-        std::vector<std::string>{"3", "GPU-x"});
-  CHECK(listed);
-  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 2, listed).empty());
+  const NodeGpus indices = node_gpus({}, 3);
+  CHECK(indices.ids == std::vector<std::string>{"0", "1", "2"});
+  CHECK_FALSE(indices.listed);
+  const NodeGpus named = node_gpus({{"CUDA_VISIBLE_DEVICES", "3, GPU-x,5"}}, 2);
+  CHECK(named.ids == std::vector<std::string>{"3", "GPU-x"});
+  CHECK(named.listed);
+  CHECK(node_gpus({{"CUDA_VISIBLE_DEVICES", ""}}, 2).ids.empty());
 }
 
 TEST_CASE("health: a broken GPU makes the node unhealthy; GPUs beyond the machine's are not asked for",
@@ -142,11 +142,16 @@ TEST_CASE("health: --log_dir must exist, be writable and have room", "[agent][he
 }
 
 TEST_CASE("health: /dev/shm must hold the worker SDK's segment", "[agent][health]") {
-  // A slot size no /dev/shm has room for: 4 x (n + 1) + 8 of them.
-  AgentConfig c = config_with(2, {{"DDPRUN_SHM_SLOT_BYTES", std::to_string(uint64_t{1} << 50)}});
+  // The largest slot the SDK takes (1 GiB), 8 local ranks: 4 x (n + 1) + 8 slots, 44 GiB: no /dev/shm here.
+  AgentConfig c = config_with(8, {{"DDPRUN_SHM_SLOT_BYTES", std::to_string(uint64_t{1} << 30)}});
   CHECK_THAT(check_health(c, nullptr).summary(), Catch::Contains("/dev/shm"));
   CHECK(check_health(config_with(2), nullptr).healthy());
   CHECK(check_health(config_with(1, c.base_env), nullptr).healthy());  // one local rank: no segment
+  // A value the SDK refuses (it says so at init) is not this node's health: no check, no wrapped size.
+  for (const char* refused : {"1125899906842624", "-1", "64K", "100"}) {
+    CAPTURE(refused);
+    CHECK(check_health(config_with(2, {{"DDPRUN_SHM_SLOT_BYTES", refused}}), nullptr).healthy());
+  }
 }
 
 TEST_CASE("health: --health_check passes on exit 0 and fails otherwise, with its last line",
@@ -223,4 +228,21 @@ TEST_CASE("gpu memory: memory never released is waited for until the timeout, th
   REQUIRE(w.still_held.size() == 1);
   CHECK(w.still_held[0] == "GPU 0: 2048 MiB above the 100 MiB it used before the job");
   CHECK(w.waited >= 200ms);
+}
+
+TEST_CASE("gpu memory: the wait ends when its pause says so (an event for the agent loop)",
+          "[agent][health]") {
+  FakeGpus gpus("GPU-aaaa 100 8000 ok\n");
+  auto nvml = gpus.load();
+  const auto baseline = gpu_memory_used(*nvml, {"0"});
+  gpus.set("GPU-aaaa 2148 8000 ok\n");
+  int looks = 0;
+  GpuMemoryWait w = wait_for_gpu_memory(*nvml, baseline, 20s, [&](std::chrono::milliseconds between) {
+    CHECK(between > 0ms);
+    return ++looks == 3;  // the third pause: an event arrived
+  });
+  CHECK(w.interrupted);
+  CHECK(looks == 3);
+  CHECK(w.waited < 20s);
+  CHECK(w.still_held.size() == 1);
 }

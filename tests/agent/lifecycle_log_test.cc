@@ -1,6 +1,8 @@
 // Unit test of agent/observe/lifecycle_log.h: one JSON line per event, the common fields first, appended.
 #include "agent/observe/lifecycle_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -59,4 +61,51 @@ TEST_CASE("event log: a path that cannot be opened is an error naming it") {
   CHECK_THROWS_WITH(
       log.open("/nonexistent-dir/events.jsonl", "job1", "h"),
       Catch::Contains("/nonexistent-dir/events.jsonl") && Catch::Contains("--event_log_handler file:PATH"));
+}
+
+TEST_CASE("event log: a FIFO without a reader is an error at once, not a hang") {
+  const auto f =
+      std::filesystem::temp_directory_path() / ("ddprun-events-fifo-" + std::to_string(::getpid()));
+  std::filesystem::remove(f);
+  REQUIRE(::mkfifo(f.c_str(), 0600) == 0);
+  LifecycleLog log;
+  CHECK_THROWS_WITH(log.open(f, "job1", "h"),
+                    Catch::Contains("a FIFO with no reader: start its reader first"));
+  std::filesystem::remove(f);
+}
+
+TEST_CASE("event log: a pipe whose reader stalls drops events, never half a line, and the log stays on") {
+  const auto f =
+      std::filesystem::temp_directory_path() / ("ddprun-events-pipe-" + std::to_string(::getpid()));
+  std::filesystem::remove(f);
+  REQUIRE(::mkfifo(f.c_str(), 0600) == 0);
+  const int reader = ::open(f.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  LifecycleLog log;
+  log.open(f, "job1", "node-a");
+  // Lines longer than the pipe's atomic size, until the pipe (64 KiB) is full and events are dropped.
+  const std::string detail(6000, 'x');
+  int recorded = 0;
+  while (log.dropped_events() == 0 && recorded < 100) {
+    log.record("round_end", {{"detail", detail}, {"n", recorded}});
+    ++recorded;
+  }
+  REQUIRE(log.dropped_events() > 0);
+  REQUIRE(log.on());
+  // The reader drains the pipe: the next event is written; every line read is a whole event.
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  log.record("agent_exit", {{"exit_code", 0}});
+  for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(got.substr(at, nl - at));
+  CHECK(got.back() == '\n');
+  REQUIRE(lines.size() >= 2);
+  for (const auto& line : lines) CHECK_NOTHROW(EventFields::parse(line));
+  CHECK(EventFields::parse(lines.back())["event"] == "agent_exit");
+  CHECK(lines.size() + log.dropped_events() == static_cast<size_t>(recorded) + 1);
+  ::close(reader);
+  std::filesystem::remove(f);
 }

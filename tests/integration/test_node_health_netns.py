@@ -5,13 +5,17 @@ with the light worker (light_train.py) but where SPARE_AT_THE_END says otherwise
     rank, the restart stays counted, and once healthy the node comes back as a spare (which exits 0 when the job
     ends without it); without a spare in the range 2:3, the job goes on with 2 nodes and the unhealthy agent
     exits 8 after --health_check_attempts;
-  - a flapping node (its rank crashes in two attempts in a row) sits out while a spare takes its place.
+  - a flapping node (its rank crashes in two attempts in a row) sits out while a spare takes its place;
+  - a node whose GPU memory stays held after its rank crashed (the stand-in NVML) waits for it before its
+    restart while its heartbeats go on: its neighbour never declares it lost (light workers: no torch).
 No timing is asserted.
 """
+import json
 import os
+import time
 import unittest
 
-from netns_hosts import NPROC, wait_until
+from netns_hosts import NPROC, RDZV_CONF, HostAgent, HostsTestCase, address, wait_until
 from test_multinode_recovery_netns import RecoveryJob, rounds
 
 
@@ -86,6 +90,61 @@ class NodeHealth(RecoveryJob):
             if agent is not out[0]:
                 self.assertIn("restarting the worker group (2 of 3 restarts)", agent.log(), agent.describe())
         self.assertEqual(results[0]["attempt"], 2, results)
+
+
+class GpuMemoryWait(HostsTestCase):
+    """A 2-host c10d job of light workers (rank_worker.py); host 2's agent reads its GPUs through the stand-in
+    NVML (tests/bin/fake_nvml.cc), whose state file the test writes."""
+
+    PORT = 29419
+
+    def start_agent(self, host, rules, env=None, agent_args=()):
+        spec = json.dumps({"fake_worker": os.environ["FAKE_WORKER"], "rules": rules})
+        args = ["--nnodes", "2", "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
+                "--rdzv_endpoint", f"{address(1)}:{self.PORT}", "--rdzv_id", self.run_id, "--rdzv_conf", RDZV_CONF,
+                "--max_restarts", "3", "--log_dir", self.path(f"logs-h{host}"), *agent_args,
+                "--python", "/usr/bin/python3", os.path.join(os.path.dirname(__file__), "rank_worker.py"), spec]
+        agent = HostAgent(host, args, self.path(f"agent-h{host}.log"), env=env)
+        self.agents.append(agent)
+        return agent
+
+    def test_a_restart_that_waits_for_gpu_memory_keeps_its_node_in_the_job(self):
+        gpus = self.path("gpus")
+        with open(gpus, "w") as f:
+            f.write("GPU-aaaa 100 8000 ok\nGPU-bbbb 100 8000 ok\n")
+        done = self.path("done")
+        # Attempt 0: host 2's local rank 0 crashes once `go` exists, every other rank runs until stopped;
+        # attempt 1: every rank notes itself and exits 0.
+        finish = {"attempt": 1, "append": done}
+        host1 = self.start_agent(1, [finish, {"attempt": 0, "args": ["--hang"]}])
+        host2 = self.start_agent(
+            2, [finish, {"attempt": 0, "rank": 0, "wait_for": self.path("go"), "exit": 1},
+                {"attempt": 0, "args": ["--hang"]}],
+            env={"DDPRUN_NVML_LIBRARY": os.environ["FAKE_NVML"], "DDPRUN_FAKE_NVML_STATE": gpus},
+            agent_args=("--gpu_memory_wait", "60"))
+        wait_until(lambda: all(rounds(a) for a in (host1, host2)), 60, "round 0 on both hosts", self.describe_all)
+        self.assertIn("NVML sees 2 GPUs", host2.log(), host2.describe())
+        # The crashed generation's GPU memory stays held (an escaped descendant, another tenant) for 3 times
+        # the heartbeat timeout (3 s here): long enough that a node without heartbeats would be dropped.
+        with open(gpus, "w") as f:
+            f.write("GPU-aaaa 6000 8000 ok\nGPU-bbbb 100 8000 ok\n")
+        with open(self.path("go"), "w"):
+            pass
+        wait_until(lambda: "restarting the worker group" in host2.log(), 30, "host 2 to restart",
+                   self.describe_all)
+        time.sleep(9)  # holds the condition under test (memory held), not a synchronisation
+        self.assertNotIn("waited", host2.log(), "the wait must still be going on\n" + host2.describe())
+        with open(gpus, "w") as f:
+            f.write("GPU-aaaa 200 8000 ok\nGPU-bbbb 100 8000 ok\n")
+        for agent in (host1, host2):
+            self.assertEqual(agent.wait(60), 0, self.describe_all())
+        self.assertIn("for the previous workers' GPU memory to be released", host2.log(), host2.describe())
+        for agent in (host1, host2):
+            self.assertNotIn("stopped heartbeating", agent.log(), self.describe_all())
+            self.assertEqual([r[0] for r in rounds(agent)], [0, 1], agent.describe())
+            self.assertIn("restarting the worker group (1 of 3 restarts)", agent.log(), agent.describe())
+        with open(done) as f:
+            self.assertEqual(sorted(f.read().split("\n")[:-1]), sorted(["rank0 attempt1", "rank1 attempt1"] * 2))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ with --metrics_port, is watched from a third host, where no agent runs:
   - after a crash (rank 0 exits once) and the restart: restarts used 1, the node whose worker failed caused it,
     and the node ranks kept;
   - `--watch` under tmux redraws the table (tmux capture-pane);
-  - a run id the store does not know: exit 4 naming it; an endpoint nobody serves: exit 3 naming it.
+  - a run id the store does not know: exit 4 naming it; an endpoint nobody serves: exit 3 naming it;
+  - a stranger on host 3 writes a malformed status document into the open store (the current round, one
+    plausible rank entry, a number as host): the job trains on to the end, `ddprun status` shows the job
+    and lists what it skipped.
 """
 import json
 import os
@@ -148,6 +151,48 @@ class StatusOnHosts(HostsTestCase):
         self.assertEqual(rc, 3, out + err)
         self.assertIn(f"{address(1)}:{PORT}", err)
 
+    def test_a_strangers_status_document_neither_stops_the_job_nor_hides_it(self):
+        crash = ("--fail-rank", "0", "--fail-file", self.path("crash"))
+        agents = [self.start_training(h, PORT, steps=4000, nnodes="2", extra=crash) for h in (1, 2)]
+        self.wait_for_training(agents, nodes=2)
+        # Anyone who reaches an open store (the default) can do this; torch's own client, from host 3. The
+        # document names round 1, the round the crash below starts: node rank 0 reads the status index again
+        # for a new round, and then every document in it.
+        doc = json.dumps({"v": 1, "host": 42, "state": "running", "round": 1, "node_rank": "zero",
+                          "ranks": [{"rank": 9, "step": 7, "before_collective_s": 5.0, "pid": "x"}, "junk"]})
+        write = (f"import datetime, torch.distributed as d\n"
+                 f"s = d.TCPStore('{address(1)}', {PORT}, is_master=False, wait_for_workers=False,"
+                 f" timeout=datetime.timedelta(seconds=30))\n"
+                 f"k = 'ddprun/{self.run_id}/status/'\n"
+                 f"s.set(k + 'stranger:1', {doc!r})\n"
+                 f"s.set(k + str(s.add(k + 'n', 1) - 1), 'stranger:1')\n"
+                 f"s.set(k + 'stragglers', '{{\"round\": \"zero\", \"ranks\": 7}}')\n")
+        done = subprocess.run(["bash", CLUSTER, "exec", "3", "/usr/bin/python3", "-c", write],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(self.path("crash"), "w"):
+            pass
+        def job_ranks(j):
+            return sorted(r["rank"] for r in j["ranks"] if r["host"])  # the stranger's rank has no host
+
+        s = wait_until(lambda: (lambda j: j if j["round"] == 1 and job_ranks(j) == list(range(2 * NPROC))
+                                and j["skipped"] else None)(self.json_status()), 90,
+                       "status: the job's 4 ranks in round 1, the stranger's document skipped in part",
+                       self.describe_all)
+        self.assertEqual(s["state"], "running", s)
+        self.assertEqual(len(s["nodes"]), 3, s)
+        self.assertTrue(any("stranger:1" in line and '"host" is not a string' in line for line in s["skipped"]), s)
+        rc, table, err = self.status()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("skipped, unreadable in the agents' documents", table)
+        # Node rank 0 reads every document for its straggler report every 4 s; it says once what it skipped.
+        wait_until(lambda: any("could not be read and were skipped" in a.log() for a in agents), 30,
+                   "node rank 0's agent to say what it skipped", self.describe_all)
+        self.stop_training()
+        self.assert_exit_zero(agents)
+        for agent in agents:
+            self.assertNotIn("internal error", agent.log(), agent.describe())
+        self.assert_results(2 * NPROC)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

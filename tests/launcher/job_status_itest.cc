@@ -124,6 +124,14 @@ TEST_CASE("job status: running, restarting, lost and spare nodes, done", "[launc
   CHECK_THAT(table, Catch::Contains("spare"));
   CHECK_THAT(table, Catch::Contains("0.125 s"));
 
+  // A node that stands aside as unhealthy deletes its own live key (c10d): it is unhealthy, not lost.
+  Agent sick(server.port(), "h3:4003", doc("unhealthy", -1, 3, 0, 0));
+  sick.c.delete_key(keys.key("live/h3:4003"));
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  REQUIRE(s["nodes"].size() == 4);
+  CHECK(s["nodes"][3]["identity"] == "h3:4003");
+  CHECK(s["nodes"][3]["state"] == "unhealthy");
+
   // Agent a dies: its connection and live key go; the round is stopped.
   a.reset();
   keys.stop(reader, 1, rdzv::RoundStop{rdzv::RoundStop::Kind::kMembership, 1, "node 0 lost", 0});
@@ -155,17 +163,32 @@ TEST_CASE("job status: a stranger's document is skipped where unreadable, the jo
   Agent stranger(server.port(), "x:1", strangers);
   rdzv::StoreClient reader("127.0.0.1", server.port());
   rdzv::RoundKeys(kRun).publish_stragglers(reader, R"({"round": "one", "ranks": 7})");
+  // An identity in the index without a document (a MULTI_GET of it would wait for it forever).
+  const rdzv::RoundKeys keys(kRun);
+  reader.set(keys.key("status/" + std::to_string(reader.add(keys.key("status/n"), 1) - 1)), "ghost:3");
 
   json s;
   REQUIRE_NOTHROW(s = launcher::read_job_status(reader, kRun, "h0:29400"));
   CHECK(s["state"] == "running");
-  CHECK(s["nodes"].size() == 3);
+  CHECK(s["nodes"].size() == 4);  // the ghost shows as unreadable
   CHECK(s["ranks"].size() == 5);  // the job's 4 and the stranger's plausible one
   const std::string skipped = s["skipped"].dump();
   CHECK_THAT(skipped, Catch::Contains("agent x:1: document: \\\"host\\\" is not a string") &&
                           Catch::Contains("ranks[1] is not an object") &&
-                          Catch::Contains("straggler report: \\\"round\\\" is not an integer"));
+                          Catch::Contains("straggler report: \\\"round\\\" is not an integer") &&
+                          Catch::Contains("agent ghost:3: not a JSON object"));
   const std::string table = launcher::status_table(s);
-  CHECK_THAT(table, Catch::Contains("3 node(s), 5 rank(s)"));
+  CHECK_THAT(table, Catch::Contains("4 node(s), 5 rank(s)"));
   CHECK_THAT(table, Catch::Contains("skipped, unreadable in the agents' documents"));
+
+  // A document claiming a later round does not make the job's nodes spares where the store names the round
+  // (the c10d closer's key).
+  Agent liar(server.port(), "liar:2", {{"v", 1}, {"host", "x"}, {"state", "running"}, {"round", 999999}});
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["round"] == 999999);  // no round key (a static job's store): the newest a document names
+  reader.set(rdzv::RoundKeys(kRun).key("round"), "1");
+  s = launcher::read_job_status(reader, kRun, "h0:29400");
+  CHECK(s["round"] == 1);
+  CHECK(s["state"] == "running");
+  CHECK(s["ranks"].size() == 5);
 }

@@ -482,6 +482,12 @@ TEST_CASE("etcd backends: members, port 2379, torchrun's rdzv_conf keys per back
   CHECK(v2.config.etcd.ca_file == pem);
   CHECK(v2.config.etcd.cert_file == pem);
   CHECK(v2.config.etcd.key_file == pem);
+  // The other backend's name for a file is not read: said, not silently ignored.
+  auto crossed = parse({"--rdzv_backend", "etcd", "--rdzv_conf", "protocol=https,ssl_cert=" + pem, "t.py"});
+  REQUIRE(crossed.result.exit_code == 0);
+  CHECK_THAT(crossed.result.message,
+             Catch::Contains("ssl_cert=" + pem + " is not used: it is etcd-v2's name") &&
+                 Catch::Contains("reads cert="));
   // A TLS file without https is not used: said, not an error.
   auto plain = parse({"--rdzv_backend", "etcd", "--rdzv_conf", "cacert=" + pem, "t.py"});
   REQUIRE(plain.result.exit_code == 0);

@@ -335,6 +335,9 @@ TEST_CASE("bad values: exit code 2 and one message naming the flag and the value
       {{"--max_restarts", "1.5", "t.py"}, {}, {"--max_restarts", "'1.5'"}},
       {{"--monitor_interval", "-1", "t.py"}, {}, {"--monitor_interval", "'-1'"}},
       {{"--shutdown_timeout", "soon", "t.py"}, {}, {"--shutdown_timeout", "'soon'"}},
+      // Beyond what a millisecond count holds once multiplied: refused, not wrapped.
+      {{"--shutdown_timeout", "1e17", "t.py"}, {}, {"--shutdown_timeout", "'1e17'", "from 0 to 1000000000"}},
+      {{"--hang_timeout", "1e300", "t.py"}, {}, {"--hang_timeout", "'1e300'"}},
       {{"--exit_barrier_timeout", "nan", "t.py"}, {}, {"--exit_barrier_timeout", "'nan'"}},
       {{"--store_memory_budget", "512K", "t.py"}, {}, {"--store_memory_budget", "'512K'", "at least"}},
       {{"--store_memory_budget", "1T", "t.py"}, {}, {"--store_memory_budget", "'1T'"}},

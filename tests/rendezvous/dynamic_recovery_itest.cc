@@ -200,8 +200,8 @@ using namespace std::chrono_literals;
 using namespace testing;
 using namespace c10d_testing;
 
-// The store host's LossReporter: a member whose connection closes (a killed agent) ends the round at once as a
-// membership change; a spare that dies changes nothing.
+// The store host's LossReporter: a member whose connection closes (a killed agent) ends the round at once as
+// a membership change; a spare that dies changes nothing.
 TEST_CASE("c10d rendezvous: the store host ends the round when a member's agent dies, not a spare's",
           "[c10d][integration]") {
   auto host_options = c10d(0, "node-a", 2, 2);
@@ -230,6 +230,49 @@ TEST_CASE("c10d rendezvous: the store host ends the round when a member's agent 
   REQUIRE(stop);
   CHECK(stop->kind == RoundStop::Kind::kMembership);
   CHECK_THAT(stop->detail, Catch::Contains("node 1 lost"));
+}
+
+}  // namespace ddprun::rdzv
+
+namespace ddprun::rdzv {
+
+using namespace std::chrono_literals;
+using namespace testing;
+using namespace c10d_testing;
+
+// The store host's agent stands aside (unhealthy) while the job runs round 1 without it: its reporter reads
+// the job's round from the store, not its own last round, and still ends the round a member's death.
+TEST_CASE("c10d rendezvous: the store host that sits out still ends the round when a member's agent dies",
+          "[c10d][integration]") {
+  auto host_options = c10d(0, "node-a", 2, 3);
+  host_options.is_host = true;
+  Node host(host_options);
+  REQUIRE(host.rdzv->hosts_store());
+  const uint16_t port = host.rdzv->store_port();
+  StoreClient obs("127.0.0.1", port, observer_options());
+  Node b(c10d(port, "node-b", 2, 3));
+  Node c(c10d(port, "node-c", 2, 3));
+  join_in_order(host, 1, obs, 0);
+  join_in_order(b, 1, obs, 0);
+  join_in_order(c, 1, obs, 0);
+  for (Node* n : {&host, &b, &c}) REQUIRE(n->info().round == 0);
+
+  host.rdzv->stop_round(RoundStop{RoundStop::Kind::kFailed, 0, "rank 0 failed", 1});
+  host.rdzv->stand_aside("GPU 0 lost");  // it does not join round 1
+  join_in_order(b, 1, obs, 1);
+  join_in_order(c, 1, obs, 1);
+  for (Node* n : {&b, &c}) REQUIRE(n->ready(10s));
+  const RendezvousInfo ib = b.info();
+  REQUIRE(ib.round == 1);
+  REQUIRE(ib.group_world_size == 2);
+  const int rank_c = c.info().group_rank;
+
+  c.rdzv.reset();  // a member of round 1 killed
+  REQUIRE(eventually([&] { return obs.check({rkey(1, "stop")}); }));
+  const auto stop = decode_round_stop(obs.get(rkey(1, "stop")));
+  REQUIRE(stop);
+  CHECK(stop->kind == RoundStop::Kind::kMembership);
+  CHECK_THAT(stop->detail, Catch::Contains("node " + std::to_string(rank_c) + " lost"));
 }
 
 }  // namespace ddprun::rdzv

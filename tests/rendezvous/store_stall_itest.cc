@@ -13,11 +13,11 @@
 
 #include "catch_compat.h"
 #include "rendezvous/c10d/dynamic_rendezvous.h"
+#include "rendezvous/c10d/store_failover.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"
-#include "rendezvous/c10d/store_failover.h"
 #include "rendezvous_participants.h"
 
 namespace ddprun::rdzv {
@@ -311,6 +311,26 @@ TEST_CASE("c10d failover: the survivors of a store that went away form the next 
   auto& host = trio.nodes[first_successor_gone ? 1 : 0];
   CHECK(host.rdzv->hosts_store());
   CHECK(host.rdzv->store_port() == infos[0].store_port);
+}
+
+TEST_CASE("c10d failover: the store that took over ends the round the moment a member's agent dies",
+          "[c10d][failover][integration]") {
+  FreezableStore store;
+  Trio trio(store);
+  store.kill();
+  trio.watch_all(Clock::now() + kLimit);
+  const auto infos = trio.rejoin();
+  REQUIRE(infos.size() == 3);
+  REQUIRE(infos[0].round == 1);
+  REQUIRE(trio.nodes[0].rdzv->hosts_store());  // node-a's standby is the job's store now
+  StoreClient obs("127.0.0.1", infos[0].store_port, observer_options());
+  // Nobody watches (no heartbeats are sent or checked): only the new store's loss reporter can see node-c go.
+  trio.nodes[2].rdzv.reset();
+  REQUIRE(eventually([&] { return obs.check({rkey(1, "stop")}); }));
+  const auto stop = decode_round_stop(obs.get(rkey(1, "stop")));
+  REQUIRE(stop);
+  CHECK(stop->kind == RoundStop::Kind::kMembership);
+  CHECK_THAT(stop->detail, Catch::Contains("node 2 lost: its agent's connection to the store closed"));
 }
 
 TEST_CASE("c10d failover: a store silent for less than the heartbeat timeout keeps the job, longer moves it",

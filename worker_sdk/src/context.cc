@@ -10,6 +10,7 @@
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
 #include "rendezvous/store/store_server.h"
+#include "rendezvous/util/shm_layout.h"
 #include "rendezvous/util/text_util.h"
 
 namespace ddprun::sdk {
@@ -127,8 +128,15 @@ ProcessGroupOptions pg_options_from_env(std::chrono::milliseconds timeout) {
       throw std::runtime_error("ddprun::sdk::init: DDPRUN_CPU_TRANSPORT='" + v + "' (expected auto or tcp)");
     }
   }
-  o.shm_slot_bytes = static_cast<size_t>(
-      env_long("DDPRUN_SHM_SLOT_BYTES", static_cast<long>(o.shm_slot_bytes), 4096, 1L << 30));
+  if (const char* v = env("DDPRUN_SHM_SLOT_BYTES")) {
+    const auto slot = shm_slot_bytes(v);
+    if (!slot) {
+      throw std::runtime_error("ddprun::sdk::init: DDPRUN_SHM_SLOT_BYTES='" + std::string(v) +
+                               "' is not an integer in " + std::to_string(kMinShmSlotBytes) + ".." +
+                               std::to_string(kMaxShmSlotBytes));
+    }
+    o.shm_slot_bytes = *slot;
+  }
   return o;
 }
 
