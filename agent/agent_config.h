@@ -11,10 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "agent/observe/event_log.h"
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {
+
+// torchrun's --event-log-handler values (torch.distributed.elastic.events.handlers): "null" (default),
+// "console" (the agent's events as JSON lines on stderr, agent/observe/event_log.h), "dynamic_rendezvous" (a
+// null handler too).
+enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
 
 // Where one local rank's output goes (torchrun's --redirects / --tee / --local_ranks_filter, resolved).
 struct WorkerOutput {

@@ -39,7 +39,7 @@
 #include "agent/exit_codes.h"
 #include "agent/log_layout.h"
 #include "agent/process/worker_launch.h"
-#include "agent/observe/failure_summary.h"
+#include "agent/worker_failure.h"
 #include "agent/watchdog/stack_dump.h"
 #include "rendezvous/rendezvous_handler.h"
 

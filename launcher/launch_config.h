@@ -23,8 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/agent_config.h"        // HealthPolicy
-#include "agent/observe/event_log.h"  // --event-log-handler
+#include "agent/agent_config.h"  // HealthPolicy, EventLogHandler
 #include "launcher/cuda_devices.h"     // count_gpu_devices, the default gpu_count
 #include "launcher/flag_values.h"      // RdzvTimings
 #include "launcher/numa_topology.h"    // --numa-binding
@@ -69,7 +68,7 @@ inline bool etcd_kind(RendezvousKind k) {
   return k == RendezvousKind::kEtcd || k == RendezvousKind::kEtcdV2;
 }
 
-// torchrun's --event-log-handler values: agent/observe/event_log.h.
+// torchrun's --event-log-handler values: agent/agent_config.h.
 using EventLogHandler = agent::EventLogHandler;
 
 // --standalone: the workers' MASTER_ADDR, torchrun's (its standalone rendezvous endpoint is localhost:0); the

@@ -131,6 +131,68 @@ int run_launcher(int argc, char** argv) {
   return config.torchrun_exit_codes && failure ? 1 : code;
 }
 
+// The store's authentication for the static and c10d backends (--rdzv_secret_file, --rdzv_auth); the etcd
+// backends keep the rendezvous in etcd, which TLS protects. False (after saying why) when it cannot be set
+// up.
+bool set_up_store_auth(LaunchConfig& config, const ddprun::launcher::LauncherContext& context) {
+  using ddprun::launcher::RendezvousKind;
+  const bool legacy = config.rdzv_kind == RendezvousKind::kEtcd;
+  if (legacy || config.rdzv_kind == RendezvousKind::kEtcdV2) {
+    if (config.rdzv_secret_file.empty() && config.rdzv_auth != ddprun::launcher::AuthMode::kMunge)
+      return true;
+    spdlog::error(
+        "--rdzv_secret_file and --rdzv_auth munge protect ddprun's own stores (static, c10d); the etcd "
+        "backends "
+        "keep the rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
+        "protocol=https,{}; docs/security.md)",
+        legacy ? "cacert=CA.pem,cert=CERT.pem,key=KEY.pem"
+               : "ca_cert=CA.pem,ssl_cert=CERT.pem,ssl_cert_key=KEY.pem");
+    return false;
+  }
+  try {
+    const auto setup = ddprun::launcher::setup_store_auth(
+        config.rdzv_auth, config.rdzv_secret_file, config.slurm.has_value(), config.rdzv_id, context.env);
+    if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
+    if (!setup.note.empty()) spdlog::info("{}", setup.note);
+    config.store_auth = setup.auth;
+    return true;
+  } catch (const std::runtime_error& e) {
+    spdlog::error("{}", e.what());
+    return false;
+  }
+}
+
+// The rendezvous handler, the store it hosts bound; `exit_code` set (and said) when it cannot be made.
+std::unique_ptr<ddprun::rdzv::RendezvousHandler> make_handler(const LaunchConfig& config, int& exit_code) {
+  try {
+    return make_rendezvous_on_port(config);
+  } catch (const ddprun::rdzv::BindError& e) {
+    spdlog::error(
+        "{}; pick another port (--master_port, or --rdzv_endpoint HOST:PORT), or use --standalone on "
+        "a single node (a free port)",
+        e.what());
+    exit_code = ddprun::agent::kExitStoreFailed;
+  } catch (const ddprun::rdzv::RendezvousError& e) {  // the store cannot be reached (RendezvousStoreError)
+    spdlog::error("{}", e.what());
+    exit_code = ddprun::agent::kExitRendezvousFailed;
+  } catch (const ddprun::rdzv::StoreError& e) {  // Slurm store probing (slurm_port.h), a bad endpoint
+    spdlog::error("{}", e.what());
+    exit_code = ddprun::agent::kExitRendezvousFailed;
+  }
+  return nullptr;
+}
+
+// Like torchrun, the agent's own messages go to stderr; stdout carries the workers' output only.
+void set_up_logging(const LaunchConfig& config) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  const std::string tag = ddprun::launcher::node_tag(
+      config, ddprun::launcher::host_and_pid(ddprun::local_hostname(), std::to_string(getpid())));
+  spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
+}
+
+// The command line checked (and --dry-run answered), the logs, the preflight checks, the store's
+// authentication, the rendezvous handler, then the agent's run: each step's failure is its exit code.
 int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::LauncherContext& context) {
   std::vector<std::string> args(argv, argv + argc);
   auto parsed = ddprun::launcher::parse_launch_config(args, context.env, {}, config);
@@ -150,60 +212,14 @@ int launch(int argc, char** argv, LaunchConfig& config, ddprun::launcher::Launch
     std::cout << ddprun::launcher::dry_run(config, context);
     return 0;
   }
-
-  // Like torchrun, the agent's own messages go to stderr; stdout carries the workers' output only.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
-  spdlog::set_level(spdlog::level::from_str(config.log_level));
-  const std::string tag = ddprun::launcher::node_tag(
-      config, ddprun::launcher::host_and_pid(ddprun::local_hostname(), std::to_string(getpid())));
-  spdlog::set_pattern("[%H:%M:%S.%e] ddprun" + (tag.empty() ? "" : " " + tag) + " %l: %v");
-
+  set_up_logging(config);
   const auto problems = ddprun::launcher::preflight(config, context.env, cwd);
   for (const std::string& problem : problems) std::cerr << problem << "\n";
   if (!problems.empty()) return ddprun::agent::kExitUsage;
-
-  const bool etcd = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd ||
-                    config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcdV2;
-  if (etcd && (!config.rdzv_secret_file.empty() || config.rdzv_auth == ddprun::launcher::AuthMode::kMunge)) {
-    const bool legacy = config.rdzv_kind == ddprun::launcher::RendezvousKind::kEtcd;
-    spdlog::error(
-        "--rdzv_secret_file and --rdzv_auth munge protect ddprun's own stores (static, c10d); the etcd "
-        "backends "
-        "keep the rendezvous in etcd: protect etcd with its TLS client certificates instead (--rdzv_conf "
-        "protocol=https,{}; docs/security.md)",
-        legacy ? "cacert=CA.pem,cert=CERT.pem,key=KEY.pem"
-               : "ca_cert=CA.pem,ssl_cert=CERT.pem,ssl_cert_key=KEY.pem");
-    return ddprun::agent::kExitUsage;
-  }
-  if (!etcd) {
-    try {
-      const auto setup = ddprun::launcher::setup_store_auth(
-          config.rdzv_auth, config.rdzv_secret_file, config.slurm.has_value(), config.rdzv_id, context.env);
-      if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
-      if (!setup.note.empty()) spdlog::info("{}", setup.note);
-      config.store_auth = setup.auth;
-    } catch (const std::runtime_error& e) {
-      spdlog::error("{}", e.what());
-      return ddprun::agent::kExitUsage;
-    }
-  }
-
-  std::unique_ptr<ddprun::rdzv::RendezvousHandler> rdzv;
-  try {
-    rdzv = make_rendezvous_on_port(config);
-  } catch (const ddprun::rdzv::BindError& e) {
-    spdlog::error(
-        "{}; pick another port (--master_port, or --rdzv_endpoint HOST:PORT), or use --standalone on "
-        "a single node (a free port)",
-        e.what());
-    return ddprun::agent::kExitStoreFailed;
-  } catch (const ddprun::rdzv::RendezvousError& e) {  // the store cannot be reached (RendezvousStoreError)
-    spdlog::error("{}", e.what());
-    return ddprun::agent::kExitRendezvousFailed;
-  } catch (const ddprun::rdzv::StoreError& e) {  // Slurm store probing (slurm_port.h), a bad endpoint
-    spdlog::error("{}", e.what());
-    return ddprun::agent::kExitRendezvousFailed;
-  }
+  if (!set_up_store_auth(config, context)) return ddprun::agent::kExitUsage;
+  int exit_code = 0;
+  auto rdzv = make_handler(config, exit_code);
+  if (!rdzv) return exit_code;
   // After the store's bind: a busy port starts no interpreter (launcher/preflight.h).
   ask_workers_torch(config, context, cwd);
   auto agent_cfg = ddprun::launcher::agent_config(config, context);

@@ -22,11 +22,9 @@
 #include <string>
 #include <vector>
 
-namespace ddprun::agent {
+#include "agent/agent_config.h"
 
-// torchrun's --event-log-handler values (torch.distributed.elastic.events.handlers): "null" (default),
-// "console" (the agent's events as JSON lines on stderr), "dynamic_rendezvous" (a null handler too).
-enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
+namespace ddprun::agent {
 
 // The handler prints (console) and $LOGLEVEL (nullptr: unset) lets INFO records through: unset, DEBUG,
 // INFO or anything Python's logging does not know; not WARN, WARNING, ERROR, CRITICAL, FATAL, nor NOTSET

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/worker_failure.h"
+
 namespace ddprun::agent {
 
 struct ErrorFileContent {
@@ -48,23 +50,6 @@ struct ErrorFileContent {
 std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& path);
 // Last `lines` lines of a file ("" when unreadable).
 std::string read_tail(const std::filesystem::path& path, size_t lines);
-
-struct WorkerFailure {
-  double time = 0;   // unix seconds: error-file timestamp, else when the exit was seen
-  std::string host;  // this node's short name (for ddprun's messages; the summary prints the FQDN, as torch)
-  int rank = 0;
-  int local_rank = 0;
-  int exit_code = 0;  // 0 when killed by a signal
-  int signal = 0;
-  int pid = 0;
-  std::string error_file;  // "" when none was written
-  std::string message;     // the error file's message and/or ddprun's note (a hang, a missed deadline)
-  // error_file set: ErrorFileContent::traceback. Otherwise the last lines of the worker's stderr.log ("" when
-  // it has none), printed after torch's block.
-  std::string traceback;
-  std::string
-      stacks;  // where every rank was (agent/watchdog/stack_dump.h), one group per line; "" = not captured
-};
 
 // Index of the root cause: the earliest time at one-second resolution (error files have no finer one, so a
 // failure dated 100.7 by its exit is not later than an error file's "100"); ties go to the failure listed
