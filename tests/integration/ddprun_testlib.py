@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -160,13 +161,35 @@ def hold_cluster_lock(owner, timeout):
     return lock
 
 
+# How long a test process waits for its host set's lock (another checkout's run on this machine holds it for its
+# modules, one after another). tests/integration/CMakeLists.txt adds this to a netns or Slurm module's CTest
+# TIMEOUT, so that waiting for the hosts does not count against the module's own time.
+LOCK_WAIT = int(os.environ.get("DDPRUN_TEST_LOCK_WAIT") or "1200")
+_process_cluster_lock = None
+
+
+def hold_cluster_lock_until_exit(owner, timeout=None):
+    """hold_cluster_lock() once per process: the first call waits (at most `timeout`, default LOCK_WAIT s) and
+    the lock is then held until the process exits, so a module of several classes waits once and keeps its host
+    set between them. Prints how long it waited when that was over a second. Main thread only."""
+    global _process_cluster_lock
+    if _process_cluster_lock is None:
+        started = time.monotonic()
+        _process_cluster_lock = hold_cluster_lock(owner, LOCK_WAIT if timeout is None else timeout)
+        waited = time.monotonic() - started
+        if waited > 1:
+            print(f"\n(waited {waited:.0f} s for the test hosts' lock {CLUSTER_LOCK})", file=sys.stderr, flush=True)
+    return _process_cluster_lock
+
+
 class SharedHostsTestCase(unittest.TestCase):
     """A test class that brings up the shared test hosts (network namespaces ddprun-h*: a netns cluster, a Slurm
-    cluster on them) once for all its tests and takes them down after them, holding CLUSTER_LOCK meanwhile.
+    cluster on them) once for all its tests and takes them down after them, holding CLUSTER_LOCK meanwhile (and
+    until the process exits: hold_cluster_lock_until_exit).
     Subclasses define bring_up() (raise, or skip_unless_required() when the machine cannot run it) and
     take_down(), and may define unavailable() (why this machine cannot run them, checked before the lock).
     Without root it skips (skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1)."""
-    LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run)
+    LOCK_WAIT = LOCK_WAIT  # seconds to wait for another user of the hosts (another checkout's run)
     NEEDS_ROOT_TO = "create network namespaces"
 
     @classmethod
@@ -190,19 +213,12 @@ class SharedHostsTestCase(unittest.TestCase):
             skip_unless_required(reason)
         if not os.access(DDPRUN, os.X_OK):
             raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = hold_cluster_lock(f"{cls.__module__} with {PYTHON}", cls.LOCK_WAIT)
-        try:
-            cls.bring_up()
-        except BaseException:
-            cls.lock.close()
-            raise
+        hold_cluster_lock_until_exit(f"{cls.__module__} with {PYTHON}", cls.LOCK_WAIT)
+        cls.bring_up()
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            cls.take_down()
-        finally:
-            cls.lock.close()
+        cls.take_down()
 
 
 # Run with the workers' interpreter where the workers run (a test host, a Slurm step): writes what a gloo worker

@@ -2,7 +2,7 @@
 (0-9, default 0; tests/integration/CMakeLists.txt gives each netns module its set, so that modules of different
 sets run at once). Set 0 is ddprun-h1.. at 10.99.0.1..; set S > 0 is ddprun-sSh1.. at 10.99.S.1... The hosts'
 own names (gethostname) are ddprun-hI in every set. Users of a set hold its lock file meanwhile
-(ddprun_testlib.hold_cluster_lock). Standard library only."""
+(ddprun_testlib.hold_cluster_lock_until_exit). Standard library only."""
 import os
 
 HOST_SET = int(os.environ.get("DDPRUN_TEST_HOSTS") or "0")

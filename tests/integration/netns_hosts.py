@@ -138,6 +138,9 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
         # The training worker of start_training(): real torch where the test is marked torch_subject, else
         # the light worker (ddprun_testlib.torch_subject, docs/testing.md "Which worker").
         self.worker = ddprun_testlib.worker_for(self)
+        # start_training()'s --rdzv_conf; a test may set its own (e.g. a longer heartbeat timeout where a node's
+        # loss is not what it tests and torch workers load the machine).
+        self.rdzv_conf = RDZV_CONF
 
     def _cleanup(self):
         for agent in self.agents:
@@ -164,7 +167,7 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
         python, script, env = ddprun_testlib.training_worker(worker or self.worker, TRAIN)
         args = ["--nnodes", nnodes, "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", endpoint or f"{address(1)}:{port}", "--rdzv_id", self.run_id,
-                "--rdzv_conf", RDZV_CONF,
+                "--rdzv_conf", self.rdzv_conf,
                 "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"), *agent_args,
                 "--python", python, script, "--steps", str(steps), "--hidden", "32", "--batch", "16",
                 "--log-every", "10", "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"),
