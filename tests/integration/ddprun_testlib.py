@@ -20,6 +20,7 @@ modules for ctest.
 import fcntl
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -65,8 +66,33 @@ FAKE_WORKER = _required_path("FAKE_WORKER")
 REPO = _required_path("REPO")
 
 
+def _ephemeral_ports():
+    """The kernel's ephemeral port range (ip_local_port_range): where every outgoing connection's local port
+    comes from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, chosen at random outside the kernel's ephemeral
+    range (and off torch's defaults 29400 and 29500): a port from bind(0) is an ephemeral one, which any outgoing
+    connection on this busy machine may take before the test's ddprun binds it (seen: a c10d endpoint "in use"
+    by another process's connection that refused, 2026-11-28). Falls back to bind(0) when no random pick binds."""
+    low, high = _ephemeral_ports()
+    for _ in range(100):
+        port = random.randint(10000, 28999)
+        if low <= port <= high:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

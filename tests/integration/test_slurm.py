@@ -335,7 +335,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
 
     def test_munge_admits_the_jobs_user_only(self):
         # The static example with no flag for it: under Slurm the agents authenticate with MUNGE.
-        job, _ = self.sbatch(STATIC, ["--steps", "600", "--step-sleep", "0.05", *TRAIN_ARGS,
+        # The job trains until the checks below are done (--stop-file), not for a fixed 600 steps.
+        job, _ = self.sbatch(STATIC, ["--steps", "100000", *TRAIN_ARGS, "--stop-file", self.path("stop"),
                                       "--out", self.path("res")])
         self.wait_training()
         port, name = 20000 + int(job) % 10000, f"Slurm job {job}, run {job}"
@@ -360,6 +361,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
                                             "--log_dir", "/tmp", "--no_python", "/bin/true"])
         self.assertEqual(rc, 4, log)
         self.assertIn("a MUNGE credential of uid 0, not of the job's user (uid 65534)", log)
+        with open(self.path("stop"), "w"):
+            pass
         self.wait_job_gone(job, JOB_TIMEOUT)
         self.assertEqual(self.job_field(job, "ExitCode"), "0:0", self.describe())
         out = self.output()
@@ -456,8 +459,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
     def test_head_node_lost_the_elastic_example_goes_on(self):
         conf = "last_call_timeout=3,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3"
         env = self.slurm_env(MIN_NODES="1", CHECKPOINT=self.path("checkpoint.pt"), DDPRUN_ARGS=f"--rdzv_conf={conf}")
-        job, _ = self.sbatch(ELASTIC, ["--steps", "2000", *TRAIN_ARGS, "--save-every", "10",
-                                       "--out", self.path("res")], env=env)
+        job, _ = self.sbatch(ELASTIC, ["--steps", "100000", *TRAIN_ARGS, "--save-every", "10",
+                                       "--stop-file", self.path("stop"), "--out", self.path("res")], env=env)
         self.wait_training()
         wait_until(lambda: os.path.exists(self.path("checkpoint.pt")), 60, "the first checkpoint", self.describe)
         # n1's agent (it hosts the store) dies, and its workers with it; the batch script's srun, slurmstepd and
@@ -469,6 +472,11 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # The job goes on on n2 alone, from the checkpoint: then it may stop (--stop-file), not after 2000 steps.
+        wait_until(lambda: re.search(r"resumed from .*checkpoint\.pt at step [1-9]\d*[\s\S]*step \d+/\d+ loss",
+                                     self.output()), JOB_TIMEOUT, "training resumed on n2", self.describe)
+        with open(self.path("stop"), "w"):
+            pass
         self.wait_job_gone(job, JOB_TIMEOUT)
         out = self.output()
         self.assertRegex(out, r"ddprun n2:\d+ warning: rendezvous \S+: the store at n1:\d+ is lost", out)
