@@ -156,12 +156,14 @@ def skip_unless_required(reason):
 CLUSTER_LOCK = host_set.CLUSTER_LOCK
 
 
-def hold_cluster_lock(owner, timeout):
-    """Waits (blocking flock, at most `timeout` s) for CLUSTER_LOCK and returns the open file: closing it
-    releases the lock. Writes `owner` and this pid into the file so that a waiter can name the holder. Busy
-    hosts are no reason to skip: after `timeout` s, AssertionError naming the holder. Main thread only (the
-    deadline is a SIGALRM)."""
-    lock = open(CLUSTER_LOCK, "a+")
+def hold_cluster_lock(owner, timeout, path=None, what=None):
+    """Waits (blocking flock, at most `timeout` s) for `path` (default CLUSTER_LOCK, the test hosts) and returns
+    the open file: closing it releases the lock. Writes `owner` and this pid into the file so that a waiter can
+    name the holder. Busy hosts are no reason to skip: after `timeout` s, AssertionError naming the holder and
+    `what` was busy. Main thread only (the deadline is a SIGALRM)."""
+    path = path or CLUSTER_LOCK
+    what = what or f"the test hosts (set {host_set.HOST_SET})"
+    lock = open(path, "a+")
 
     def expired(signum, frame):
         raise TimeoutError
@@ -175,8 +177,8 @@ def hold_cluster_lock(owner, timeout):
         lock.seek(0)
         holder = lock.read().strip() or "nothing"
         lock.close()
-        raise AssertionError(f"the test hosts (set {host_set.HOST_SET}) stayed busy for {timeout} s: another "
-                             f"process holds {CLUSTER_LOCK} (its last holder wrote: {holder})") from None
+        raise AssertionError(f"{what} stayed busy for {timeout} s: another process holds {path} (its last "
+                             f"holder wrote: {holder})") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
