@@ -47,6 +47,8 @@ WorkerLogPaths LogLayout::worker(int attempt, int local_rank) const {
   p.stderr_file = p.dir / "stderr.log";
   p.error_file = p.dir / "error.json";
   p.progress_file = p.dir / "progress";
+  p.nccl_trace_prefix = p.dir / "nccl_trace_rank_";
+  p.nccl_trace_pipe_prefix = p.dir / "nccl_trace_pipe_rank_";
   p.run_dir = run_dir_;
   return p;
 }

@@ -35,7 +35,11 @@ struct WorkerLogPaths {
   std::filesystem::path stderr_file;    // dir/stderr.log
   std::filesystem::path error_file;     // dir/error.json (the worker's TORCHELASTIC_ERROR_FILE)
   std::filesystem::path progress_file;  // dir/progress (the worker's DDPRUN_PROGRESS_FILE)
-  std::filesystem::path run_dir;        // <run_dir> (for the files the agent shares with every worker)
+  // torch's NCCL flight recorder, with --hang_timeout: torch appends the global rank to each prefix.
+  std::filesystem::path nccl_trace_prefix;  // dir/nccl_trace_rank_ (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
+  std::filesystem::path
+      nccl_trace_pipe_prefix;     // dir/nccl_trace_pipe_rank_ (TORCH_NCCL_DEBUG_INFO_PIPE_FILE)
+  std::filesystem::path run_dir;  // <run_dir> (for the files the agent shares with every worker)
 };
 
 class LogLayout {

@@ -23,6 +23,7 @@ struct WorkerFailure {
   std::string traceback;
   std::string
       stacks;  // where every rank was (agent/watchdog/stack_dump.h), one group per line; "" = not captured
+  std::string nccl_trace;  // the rank's NCCL flight-recorder dump (torch wrote it); "" = none
 };
 
 }  // namespace ddprun::agent

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <initializer_list>
 #include <utility>
 
 #include "agent/worker_env.h"
@@ -20,12 +21,20 @@ void add_watchdog_env(const AgentConfig& config, const WorkerLogPaths& p, Env& e
   env["DDPRUN_PROGRESS_FILE"] = p.progress_file.string();
   if (config.supervision.hang_timeout.count() > 0) {
     // torch's NCCL flight recorder (GPU jobs): record, dump on its own timeout into the rank's log directory,
-    // and open the pipe through which the agent asks for a dump when it finds the group hung. A user's own
-    // settings win.
-    env.try_emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
-    env.try_emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
-    env.try_emplace("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", (p.dir / "nccl_trace_rank_").string());
-    env.try_emplace("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", (p.dir / "nccl_trace_pipe_rank_").string());
+    // and open the pipe through which the agent asks for a dump when it finds the group hung. Both names of
+    // each setting: torch >= 2.8 reads TORCH_FR_* first and warns about the older TORCH_NCCL_* it still
+    // takes (seen with torch 2.11). A user's own setting, under either name, wins.
+    auto unless_set = [&env](std::initializer_list<const char*> names, const std::string& value) {
+      for (const char* name : names) {
+        if (env.count(name)) return;
+      }
+      for (const char* name : names) env[name] = value;
+    };
+    unless_set({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}, "2000");
+    unless_set({"TORCH_NCCL_DUMP_ON_TIMEOUT"}, "1");
+    unless_set({"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}, p.nccl_trace_prefix.string());
+    unless_set({"TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"},
+               p.nccl_trace_pipe_prefix.string());
   }
   if (stack_capture_enabled(config)) {
     std::string hooks = LogLayout::python_hook_dir(p.run_dir).string();

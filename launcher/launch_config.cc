@@ -11,12 +11,9 @@
 #include "launcher/operation_flags.h"
 #include "launcher/slurm/slurm_env.h"
 #include "launcher/slurm/slurm_launch.h"
+#include "launcher/version.h"
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/util/text_util.h"
-
-#ifndef DDPRUN_VERSION
-#define DDPRUN_VERSION "unknown"
-#endif
 
 namespace ddprun::launcher {
 namespace {
@@ -69,7 +66,7 @@ class Parser {
     } catch (const CLI::ParseError& e) {
       throw UsageError(std::string("ddprun: ") + e.what() + " (see ddprun --help)");
     }
-    if (flag_value("--version")) return {0, true, std::string("ddprun ") + DDPRUN_VERSION + "\n"};
+    if (flag_value("--version")) return {0, true, version_text("ddprun") + "\n"};
     script(c);
     convert(c);
     std::string msg;

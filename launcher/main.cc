@@ -150,8 +150,8 @@ bool set_up_store_auth(LaunchConfig& config, const ddprun::launcher::LauncherCon
     return false;
   }
   try {
-    const auto setup = ddprun::launcher::setup_store_auth(
-        config.rdzv_auth, config.rdzv_secret_file, config.slurm.has_value(), config.rdzv_id, context.env);
+    const auto setup = ddprun::launcher::setup_store_auth(config.rdzv_auth, config.rdzv_secret_file,
+                                                          config.rdzv_id, context.env);
     if (!setup.warning.empty()) spdlog::warn("{}", setup.warning);
     if (!setup.note.empty()) spdlog::info("{}", setup.note);
     config.store_auth = setup.auth;

@@ -8,9 +8,10 @@
 #      500 each, alternating);
 #   2. scripts/bench-store-scale.sh with the servers ddprun and ddprun-secret: N worker clients initialising at
 #      once (BENCH_SCALE_RANKS, default 16000), admitted by address, every request checked for the job's keys.
-#   3. ddprun-rendezvous-replay --nodes BENCH_REPLAY_NODES (16000) without and with --secret, 3 runs each,
-#      alternating: the elastic rendezvous's first round on connections that did AUTH, and the handshakes of all
-#      nodes' connections timed apart.
+#   3. ddprun-rendezvous-replay --nodes BENCH_REPLAY_NODES (16000) open, with --secret and with MUNGE (the private
+#      munged), 3 runs each, alternating: the elastic rendezvous's first round on connections that did AUTH, and
+#      the handshakes of all nodes' connections timed apart, with the store's io-thread CPU and the round trips
+#      of a PING sent meanwhile on a connection of its own (what a heartbeat waits while the nodes authenticate).
 #
 #   scripts/bench-store-auth.sh [BUILD_DIR]   (default <repo>/build; BUILD_DIR/launcher/ddprun-store and
 #                                              BUILD_DIR/scripts/bench/ddprun-store-init-storm are used as built)
@@ -49,17 +50,23 @@ echo
 nodes=${BENCH_REPLAY_NODES:-16000}
 echo "ddprun-rendezvous-replay --nodes $nodes, 3 runs each, alternating; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| store | round wall (first round, all nodes returned) | store CPU in the round | handshakes of all $nodes connections: wall | store CPU |"
-echo "|---|---:|---:|---:|---:|"
+echo "| store | round wall (first round, all nodes returned) | store CPU in the round | handshakes of all $nodes connections: wall | store CPU | of which its io thread | a PING meanwhile: median / p99 / max |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+modes=("" --secret)
+[[ ${#munge_args[@]} -gt 0 ]] && modes+=("--munge-socket=${munge_args[1]}")
 for _ in 1 2 3; do
-  for flag in "" --secret; do
+  for flag in "${modes[@]}"; do
     "$build/scripts/bench/ddprun-rendezvous-replay" --nodes "$nodes" $flag --timeout 300 | /usr/bin/python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 if not d["ok"]:
     sys.exit("ddprun-rendezvous-replay: " + d.get("error", "failed"))
-name = "--secret (AUTH on every connection)" if d["secret"] else "open"
+name = "MUNGE (AUTH on every connection)" if d.get("munge") else \
+    "--secret (AUTH on every connection)" if d["secret"] else "open"
 w, c, h, hc = d["wall_ms"], d["cpu_ms"]["store"], d["handshake_ms"], d["cpu_ms"]["store_handshake"]
-print(f"| {name} | {w / 1e3:.2f} s | {c / 1e3:.2f} s | {h / 1e3:.2f} s | {hc / 1e3:.2f} s |")'
+io = d["cpu_ms"]["store_io_thread"]
+pm, p99, pmax = d["probe_ms"]["median"], d["probe_ms"]["p99"], d["probe_ms"]["max"]
+print(f"| {name} | {w / 1e3:.2f} s | {c / 1e3:.2f} s | {h / 1e3:.2f} s | {hc / 1e3:.2f} s | {io / 1e3:.2f} s "
+      f"| {pm:.2f} / {p99:.2f} / {pmax:.0f} ms |")'
   done
 done

@@ -4,7 +4,10 @@
 #   scripts/test.sh                 the README's test command and CI's (.ci/run): installs what it needs
 #                                   (Slurm too), builds the torch 2.6 root, builds, runs every suite this
 #                                   machine can run (unit, integration, interop, netns, Slurm, torch 2.6, the
-#                                   SDK in the torch 2.6 root) and a bounded libFuzzer run
+#                                   SDK in the torch 2.6 root), a bounded libFuzzer run, and the release tier
+#                                   (scripts/release.sh ci: the portable build, the four artifacts and their
+#                                   install tests, only from a warm release cache; else one line says what is
+#                                   cold and how to run it; packaging/README.md)
 #   scripts/test.sh --quick         the everyday tier, after every change: unit tests and the integration tests
 #                                   that need no network namespaces, Slurm, torch 2.6 root or long torch jobs
 #                                   (ctest -LE 'netns|slurm|torch26|slow|fuzz'); a couple of minutes warm
@@ -15,7 +18,8 @@
 #   --jobs N            tests at once (default: DDPRUN_TEST_JOBS, else 2 x the cores: most integration time is
 #                       waiting; CPU-heavy tests declare their share with the PROCESSORS property)
 #   -- ARGS...          further ctest arguments, e.g. -- -R test_signals_orphans  (CTEST_ARGS works too)
-# Environment: DDPRUN_BUILD_DIR (default build), DDPRUN_SKIP_FUZZ=1 (no fuzz run), DDPRUN_CCACHE_DIR (default
+# Environment: DDPRUN_BUILD_DIR (default build), DDPRUN_SKIP_FUZZ=1 (no fuzz run), DDPRUN_SKIP_RELEASE=1 (no
+# release tier), DDPRUN_CCACHE_DIR (default
 # /var/cache/ddprun/ccache as root, else ccache's own: the compiler cache lives outside the clone, so the
 # next clone's build on this machine is mostly cache hits).
 # The full tier makes every suite run: the torch 2.6 root is built (or reused) here, Slurm is installed, and
@@ -130,6 +134,11 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 "${select
 if [[ $tier == full && ${DDPRUN_SKIP_FUZZ:-0} != 1 ]]; then
   phase "fuzz smoke"
   scripts/fuzz.sh
+fi
+
+if [[ $tier == full && ${DDPRUN_SKIP_RELEASE:-0} != 1 ]]; then
+  phase "release tier (scripts/release.sh ci decides whether it runs)"
+  scripts/release.sh ci
 fi
 phase "done in $((SECONDS - started)) s"
 printf 'test.sh: %s\n' "${phases[@]}"

@@ -19,6 +19,14 @@ namespace ddprun::agent {
 
 namespace {
 
+// Where torch's flight recorder of worker `w` puts a file: the prefix its environment names (torch >= 2.8
+// reads the TORCH_FR_* name first) and its rank; "" when neither is set (no --hang_timeout, nor the user's).
+std::string flight_recorder_path(const Worker& w, const char* name, const char* older_name) {
+  auto it = w.launch.env.find(name);
+  if (it == w.launch.env.end()) it = w.launch.env.find(older_name);
+  return it == w.launch.env.end() ? "" : it->second + std::to_string(w.rank);
+}
+
 // The failure of worker `w` that exited as `e` says: its error file (torch's @record), else its stderr's
 // tail.
 WorkerFailure failure_of(const Worker& w, const Event& e, const std::string& host) {
@@ -37,6 +45,10 @@ WorkerFailure failure_of(const Worker& w, const Event& e, const std::string& hos
   } else {
     f.traceback = read_tail(w.paths.stderr_file, 20);
   }
+  const std::string trace =
+      flight_recorder_path(w, "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+  std::error_code ec;
+  if (!trace.empty() && std::filesystem::is_regular_file(trace, ec)) f.nccl_trace = trace;
   return f;
 }
 
@@ -185,9 +197,9 @@ GroupEvent AgentLoop::capture_stacks(const WorkerGroup& group) {
   std::vector<StackTarget> targets;
   for (const Worker& w : group.workers) {
     if (w.state != WorkerState::kHealthy || w.pid <= 0) continue;
-    auto pipe = w.launch.env.find("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
-    targets.push_back({w.rank, w.pid, w.paths.stderr_file,
-                       pipe == w.launch.env.end() ? "" : pipe->second + std::to_string(w.rank) + ".pipe"});
+    const std::string pipe =
+        flight_recorder_path(w, "TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+    targets.push_back({w.rank, w.pid, w.paths.stderr_file, pipe.empty() ? "" : pipe + ".pipe"});
   }
   return GroupEvent{.kind = GroupEvent::Kind::kStacksCaptured,
                     .stacks = agent::capture_stacks(targets, stack_dump_signal()),

@@ -19,7 +19,8 @@
 #include <string_view>
 #include <system_error>
 
-#include "agent/observe/event_log.h"  // python_dumps
+#include "agent/observe/event_log.h"      // python_dumps
+#include "agent/process/worker_launch.h"  // signal_name
 
 namespace ddprun::agent {
 
@@ -119,15 +120,11 @@ size_t root_cause(const std::vector<WorkerFailure>& failures) {
 }
 
 std::string python_signal_name(int sig) {
-  static constexpr std::array<const char*, 32> kNames{
-      nullptr,     "SIGHUP",  "SIGINT",    "SIGQUIT", "SIGILL",   "SIGTRAP", "SIGABRT", "SIGBUS",
-      "SIGFPE",    "SIGKILL", "SIGUSR1",   "SIGSEGV", "SIGUSR2",  "SIGPIPE", "SIGALRM", "SIGTERM",
-      "SIGSTKFLT", "SIGCHLD", "SIGCONT",   "SIGSTOP", "SIGTSTP",  "SIGTTIN", "SIGTTOU", "SIGURG",
-      "SIGXCPU",   "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO",   "SIGPWR",  "SIGSYS"};
-  if (sig > 0 && sig < static_cast<int>(kNames.size())) return kNames[static_cast<size_t>(sig)];
   if (sig == 34) return "SIGRTMIN";  // Python names only the ends of the real-time range
   if (sig == 64) return "SIGRTMAX";
-  return kNotAvailable;
+  if (sig == 29) return "SIGIO";        // glibc's name is SIGPOLL
+  std::string name = signal_name(sig);  // Linux's names of the others of 1-31, as Python's
+  return name.starts_with("SIG") ? name : kNotAvailable;
 }
 
 std::string local_fqdn() {
@@ -240,6 +237,7 @@ std::string details(const WorkerFailure& f) {
     out << "  stacks    :\n";
     indented_lines(out, f.stacks);
   }
+  if (!f.nccl_trace.empty()) out << "  nccl trace: " << f.nccl_trace << " (torch's NCCL flight recorder)\n";
   if (f.error_file.empty() && !f.traceback.empty()) {
     out << "  stderr    : (its last lines)\n";
     indented_lines(out, f.traceback);

@@ -16,6 +16,7 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr std::chrono::seconds kIdle{10};
+constexpr std::chrono::milliseconds kAcceptRetry{100};  // after a failed accept (out of descriptors)
 
 struct Handlers {
   std::function<std::string()> metrics;
@@ -85,14 +86,23 @@ class Session : public std::enable_shared_from_this<Session> {
 struct MetricsServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer retry{io};
   Handlers handlers;
   std::thread thread;
 
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), handlers)->start();
-      accept();
+      if (!ec) {
+        std::make_shared<Session>(std::move(socket), handlers)->start();
+        return accept();
+      }
+      // Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays in the backlog and the
+      // next accept would fail at once, so retrying at once spins a core. Back off; the probes wait a little.
+      retry.expires_after(kAcceptRetry);
+      retry.async_wait([this](beast::error_code tec) {
+        if (!tec) accept();
+      });
     });
   }
 };

@@ -6,7 +6,7 @@
 // Boost.Beast rather than prometheus-cpp's own Exposer: the Exposer (CivetWeb) serves only metric paths, not
 // the two probes with their status codes. One thread runs the io_context; each connection is served one
 // request at a time with keep-alive, and a client silent for 10 s is closed (a scraper cannot hold the
-// agent).
+// agent). A failed accept (the process out of descriptors) is retried after 100 ms, not at once.
 //
 // Threads: the callbacks run on the server's thread and must be thread-safe. Construction throws
 // std::system_error naming addr:port when it cannot listen.

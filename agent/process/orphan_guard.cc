@@ -8,7 +8,6 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include <system_error>
 #include <vector>
 
+#include "agent/process/linux_syscalls.h"
 #include "agent/process/process_tree.h"
 #include "agent/process/worker_cgroup.h"
 

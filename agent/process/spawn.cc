@@ -1,12 +1,10 @@
 #include "agent/process/spawn.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include <string>
 #include <system_error>
 #include <utility>
+
+#include "agent/process/linux_syscalls.h"
 
 namespace ddprun::agent {
 namespace {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
@@ -22,8 +23,14 @@ bool is_executable_file(const std::string& path) {
 }  // namespace
 
 std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? "SIG" + std::string(abbrev) : std::to_string(sig);
+  // Linux's signal names by number, as glibc's sigabbrev_np gives them (which needs glibc 2.32: the release
+  // runs on 2.31). Real-time signals have no name there either.
+  static constexpr std::array<const char*, 32> kNames = {
+      nullptr, "HUP",  "INT",  "QUIT", "ILL",    "TRAP",   "ABRT",  "BUS",  "FPE",  "KILL", "USR1",
+      "SEGV",  "USR2", "PIPE", "ALRM", "TERM",   "STKFLT", "CHLD",  "CONT", "STOP", "TSTP", "TTIN",
+      "TTOU",  "URG",  "XCPU", "XFSZ", "VTALRM", "PROF",   "WINCH", "POLL", "PWR",  "SYS"};
+  const bool named = sig > 0 && sig < static_cast<int>(kNames.size());
+  return named ? "SIG" + std::string(kNames[static_cast<size_t>(sig)]) : std::to_string(sig);
 }
 
 std::string find_program(const std::string& name, const std::map<std::string, std::string>& env,

@@ -7,6 +7,7 @@
 #include "launcher/slurm/slurm_env.h"
 #include "rendezvous/store/endpoint.h"
 #include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_probe.h"
 #include "rendezvous/util/duration_text.h"
 
 namespace ddprun::launcher {
@@ -59,10 +60,8 @@ uint16_t find_step_store(const std::string& host, const std::vector<uint16_t>& p
             "no store of Slurm step " + token + " on " + host + " after " + duration_text(timeout) +
             " (is ddprun running on the first host of the step? see its log). Ports: " + detail);
       }
-      rdzv::StoreClientOptions o;
-      o.connect_timeout = std::min(bound, left);
-      o.timeout = std::min(std::max(bound, milliseconds(2000)), left);
-      o.auth = auth;
+      const auto o = rdzv::probe_options(std::min(bound, left),
+                                         std::min(std::max(bound, milliseconds(2000)), left), auth);
       try {
         rdzv::StoreClient client(host, ports[i], o);
         client.wait({kSlurmStepKey}, o.timeout);  // returns at once when the key is there

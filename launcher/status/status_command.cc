@@ -1,6 +1,8 @@
 #include "launcher/status/status_command.h"
 
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -13,11 +15,12 @@
 #include "agent/exit_codes.h"
 #include "launcher/flag_values.h"
 #include "launcher/hostlist.h"
-#include "launcher/status/job_status.h"
 #include "launcher/slurm/slurm_env.h"
+#include "launcher/status/job_status.h"
 #include "launcher/store_auth_setup.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_probe.h"
 
 namespace ddprun::launcher {
 
@@ -104,7 +107,7 @@ Options parse(const std::vector<std::string>& args, const std::map<std::string, 
     throw UsageError("ddprun status: " + (g_auth.env.empty() ? g_auth.flag : g_auth.env) + " " + auth_mode +
                      ": give auto, munge or none");
   try {
-    const auto setup = setup_store_auth(*mode, secret_file, !job.empty(), o.run_id, env);
+    const auto setup = setup_store_auth(*mode, secret_file, o.run_id, env);
     if (!setup.warning.empty()) std::cerr << "ddprun status: " << setup.warning << "\n";
     o.auth = setup.auth;
   } catch (const std::runtime_error& e) {
@@ -118,8 +121,8 @@ std::optional<json> read_once(const Options& o, int& code, std::string& error) {
   code = agent::kExitStoreFailed;
   for (const auto& ep : o.endpoints) {
     try {
-      rdzv::StoreClient store(
-          ep.host, ep.port, rdzv::StoreClientOptions{.connect_timeout = 3s, .timeout = 10s, .auth = o.auth});
+      // An observer: it proves the job's authentication to read, writes nothing, admits nobody (security.md).
+      rdzv::StoreClient store(ep.host, ep.port, rdzv::probe_options(3s, 10s, o.auth, /*observer=*/true));
       return read_job_status(store, o.run_id, ep.to_string());
     } catch (const JobNotFound& e) {
       code = agent::kExitRendezvousFailed;
@@ -142,13 +145,19 @@ int status_main(const std::vector<std::string>& args, const std::map<std::string
     o = parse(args, env);
   } catch (const CLI::CallForHelp&) {
     std::cout << "usage: ddprun status [--rdzv_endpoint H:P] [--rdzv_id ID] [--rdzv_backend static|c10d]\n"
-                 "                     [--master_addr A] [--master_port P] [--json] [--watch]\n"
+                 "                     [--master_addr A] [--master_port P] [--rdzv_secret_file FILE]\n"
+                 "                     [--rdzv_auth auto|munge|none] [--json] [--watch]\n"
                  "Prints a running job as its agents publish it; docs/observability.md.\n";
     return 0;
   } catch (const UsageError& e) {
     std::cerr << e.what() << "\n";
     return agent::kExitUsage;
   }
+  // What the store client logs (an open store joined under --rdzv_auth auto) goes to stderr, never into the
+  // table or the JSON on stdout.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "ddprun status", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  spdlog::set_pattern("ddprun status: %v");
   if (o.watch) {
     struct sigaction sa {};
     sa.sa_handler = [](int) { interrupted = true; };

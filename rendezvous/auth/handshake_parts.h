@@ -7,8 +7,8 @@
 
 namespace ddprun::rdzv {
 
-// StoreAuth::kNonceBytes from OpenSSL's RAND_bytes.
-std::string random_nonce();
+// StoreAuth::kNonceBytes from OpenSSL's RAND_bytes; "" when it has none (StoreAuth::nonce()).
+std::string random_nonce() noexcept;
 // What a proof covers: the handshake's version tag, then the parts, each with its length (no two different
 // inputs read the same).
 std::string auth_message(std::initializer_list<std::string_view> parts);

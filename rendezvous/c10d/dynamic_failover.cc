@@ -47,8 +47,9 @@ void DynamicRendezvous::start_standby() {
   std::string address = options_.local_addr;
   if (address.empty()) address = source_address_towards(store_at_.host, store_at_.port);
   if (address.empty()) address = options_.host;
-  // The port of this host's entry in the endpoint list (so that a later node's list finds it), else a free
-  // one: a standby must not take a well-known port that another job on this host may want for its store.
+  // The port of this host's entry in the endpoint list (so that a later node's list finds it; taken: no
+  // standby, never another port), else a free one: a standby must not take a well-known port that another
+  // job on this host may want for its store.
   uint16_t port = 0;
   for (const auto& ep : options_.fallback_endpoints) {
     if (is_local_host(ep.host)) port = ep.port;
@@ -57,6 +58,10 @@ void DynamicRendezvous::start_standby() {
   standby_reporter_ = std::make_unique<LossReporter>(keys_, auth_);
   failover_.start_standby(address, port, options_.store_memory_budget, options_.local_addr,
                           standby_reporter_->hook());
+  if (failover_.standby_port() == 0) {  // its listed port is taken: no standby (StoreFailover said why)
+    standby_reporter_.reset();
+    return;
+  }
   standby_reporter_->start(options_.local_addr.empty() ? "127.0.0.1" : options_.local_addr,
                            failover_.standby_port());
 }

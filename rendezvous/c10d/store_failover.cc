@@ -7,6 +7,7 @@
 #include "rendezvous/reachability.h"
 #include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_probe.h"
 #include "rendezvous/store_silence.h"
 #include "rendezvous/util/duration_text.h"
 #include "rendezvous/util/text_util.h"
@@ -19,26 +20,12 @@ namespace {
 
 constexpr milliseconds kProbe{1000};
 
-// A connection to `ep` whose handshake and every request wait at most `timeout`; nullptr when the store
-// does not answer.
-std::unique_ptr<StoreClient> connect_quietly(const Endpoint& ep, milliseconds timeout,
-                                             const std::shared_ptr<const StoreAuth>& auth) {
-  StoreClientOptions o;
-  o.connect_timeout = timeout;
-  o.timeout = timeout;
-  o.auth = auth;
-  try {
-    return std::make_unique<StoreClient>(ep.host, ep.port, o);
-  } catch (const StoreError&) {
-    return nullptr;
-  }
-}
-
-// As connect_quietly, after a probe: a refused or silent endpoint costs no connect retries.
+// A connection to `ep` whose handshake and every request wait at most `timeout`, after a TCP probe: a
+// refused or silent endpoint costs no connect retries. nullptr when the store does not answer.
 std::unique_ptr<StoreClient> open_client(const Endpoint& ep, milliseconds timeout,
                                          const std::shared_ptr<const StoreAuth>& auth) {
   if (probe_tcp(ep.host, ep.port, timeout) != Reach::kOpen) return nullptr;
-  return connect_quietly(ep, timeout, auth);
+  return probe_store(ep, probe_options(timeout, timeout, auth));
 }
 
 std::string reach_text(Reach r) {
@@ -69,10 +56,17 @@ void StoreFailover::start_standby(const std::string& address, uint16_t port, siz
   o.memory_budget = memory_budget;
   try {
     standby_server_ = std::make_unique<StoreServerThread>(o);
-  } catch (const BindError&) {
+  } catch (const BindError& e) {
     if (port == 0) throw;
-    o.port = 0;  // another agent of this host has the port (one task per GPU): any port will do
-    standby_server_ = std::make_unique<StoreServerThread>(o);
+    // Never another port: later nodes and the successors' survivors look for this node's standby on its
+    // listed port, and whoever holds that port (another agent of this host, or a stranger on a shared host)
+    // would stand in for it (docs/security.md, "What is not protected").
+    spdlog::error(
+        "rendezvous {}: this node keeps no standby store: {}; its listed port {} must be free for "
+        "it (a standby never moves to another port, where the job would not look for it). The "
+        "job goes on; this node cannot take the store over",
+        keys_.run_id(), e.what(), port);
+    return;
   }
   standby_ = format_endpoint(address, standby_server_->port());
   spdlog::debug("rendezvous {}: standby store on {}", keys_.run_id(), standby_);
@@ -106,7 +100,7 @@ bool StoreFailover::lost(const Endpoint& store, Clock::time_point silent_since) 
   while (true) {
     const Reach reach = probe_tcp(store.host, store.port, kProbe);
     if (reach == Reach::kRefused) return true;
-    if (reach == Reach::kOpen && connect_quietly(store, kProbe, auth_)) return false;
+    if (reach == Reach::kOpen && probe_store(store, probe_options(kProbe, kProbe, auth_))) return false;
     if (Clock::now() >= deadline) return true;
     std::this_thread::sleep_for(std::min(milliseconds(250), heartbeat_timeout_));
   }
@@ -119,10 +113,8 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
     const Endpoint& c = successors[i];
     const std::string name = c.to_string();
     if (name == standby_ && standby_server_) {
-      StoreClientOptions o;
-      o.connect_timeout = o.timeout = milliseconds(5000);
-      o.auth = auth_;
-      StoreClient self(standby_bind_.empty() ? "127.0.0.1" : standby_bind_, standby_server_->port(), o);
+      StoreClient self(standby_bind_.empty() ? "127.0.0.1" : standby_bind_, standby_server_->port(),
+                       probe_options(milliseconds(5000), milliseconds(5000), auth_));
       self.set(keys_.key("active"), lost);
       spdlog::warn("rendezvous {}: the store at {} is lost; this node ({}) hosts the job's store from now on",
                    keys_.run_id(), lost, name);
@@ -136,12 +128,9 @@ StoreFailover::NewStore StoreFailover::take_over(const std::vector<Endpoint>& su
     } else {
       spdlog::info("rendezvous {}: the store at {} is lost; waiting for {} to take over", keys_.run_id(),
                    lost, name);
-      StoreClientOptions o;
-      o.connect_timeout = milliseconds(2000);
-      o.auth = auth_;
-      o.timeout = takeover_timeout_ + milliseconds(5000);
       try {
-        StoreClient peer(c.host, c.port, o);
+        StoreClient peer(c.host, c.port,
+                         probe_options(milliseconds(2000), takeover_timeout_ + milliseconds(5000), auth_));
         peer.wait({keys_.key("active")}, takeover_timeout_);
         spdlog::warn("rendezvous {}: the store at {} is lost; the job moves to {}", keys_.run_id(), lost,
                      name);

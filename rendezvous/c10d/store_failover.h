@@ -1,9 +1,10 @@
 // StoreFailover: how the agents of an elastic (c10d) job outlive the agent that hosts their store.
 //
 // Standby stores. Every agent that does not host the job's store keeps a standby: an empty StoreServer on
-// the port of its host's entry in --rdzv_endpoint's list when there is one and it is free (else on a free
-// port), preset with the key "standby". The agent advertises it as "<its address>:<port>" in its node
-// descriptor (its address:
+// the port of its host's entry in --rdzv_endpoint's list when there is one (when that port is taken, the
+// agent keeps no standby and says so: a standby never moves off its listed port, where a stranger could stand
+// in for it), else on a free port, preset with the key "standby". The agent advertises it as "<its
+// address>:<port>" in its node descriptor (its address:
 // --local_addr, else the address its host reaches the store from), and the node that closes a round lists
 // the standbys of the first kSuccessors nodes in node-rank order: the round's successors, which every member
 // reads with its rank assignment.
@@ -59,10 +60,11 @@ class StoreFailover {
                 std::chrono::milliseconds takeover_timeout, std::shared_ptr<const StoreAuth> auth = nullptr);
   ~StoreFailover();
 
-  // Starts this agent's standby store on `port` (0, or taken: a free port), advertised as address:port, with
+  // Starts this agent's standby store on `port` (0: a free port), advertised as address:port, with
   // `memory_budget` (StoreServerOptions::memory_budget; 0: the default), listening on `bind_host` only ("":
   // every interface), calling `on_key_released` (StoreServerOptions::on_connection_key_released; may be
-  // empty). Throws BindError when no port can be bound.
+  // empty). A listed `port` that cannot be bound leaves this agent without a standby (standby() stays "",
+  // standby_port() 0, an error logged). Throws BindError when port 0 cannot be bound.
   void start_standby(const std::string& address, uint16_t port, size_t memory_budget = 0,
                      const std::string& bind_host = "",
                      std::function<void(const std::string&)> on_key_released = {});

@@ -101,18 +101,26 @@ bool KeyValueState::connection_bound(std::string_view key) {
 }
 
 void KeyValueState::bind_to_owner(const std::string& key, uint64_t owner) {
-  key_owner_[key] = owner;
+  auto [it, inserted] = key_owner_.try_emplace(key, owner);
+  if (!inserted && it->second != owner) {
+    if (auto was = owned_keys_.find(it->second); was != owned_keys_.end()) {
+      was->second.erase(key);
+      if (was->second.empty()) owned_keys_.erase(was);
+    }
+    it->second = owner;
+  }
+  owned_keys_[owner].insert(key);
 }
 
 void KeyValueState::release_owner(uint64_t owner) {
-  for (auto it = key_owner_.begin(); it != key_owner_.end();) {
-    if (it->second != owner) {
-      ++it;
-      continue;
-    }
-    remove(it->first);
-    if (release_hook_) release_hook_(it->first);
-    it = key_owner_.erase(it);
+  auto owned = owned_keys_.find(owner);
+  if (owned == owned_keys_.end()) return;
+  const std::unordered_set<std::string> keys = std::move(owned->second);
+  owned_keys_.erase(owned);
+  for (const std::string& key : keys) {
+    key_owner_.erase(key);
+    // A key another client deleted since is gone already: nothing to release, nobody to tell.
+    if (remove(key) && release_hook_) release_hook_(key);
   }
 }
 

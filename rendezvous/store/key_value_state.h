@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "rendezvous/store/shared_value.h"
@@ -105,7 +106,7 @@ class KeyValueState {
   // another owner SET it since.
   void bind_to_owner(const std::string& key, uint64_t owner);
   // The owner's connection closed: removes the connection-bound keys it still owns, and tells the release
-  // hook (set_release_hook) each key it removed.
+  // hook (set_release_hook) each key it removed (not one that was deleted already). O(keys it owns).
   void release_owner(uint64_t owner);
   // Called with every key release_owner removes (a killed agent's live/ key), synchronously: it must not
   // block nor call back into this state.
@@ -153,6 +154,7 @@ class KeyValueState {
   std::unordered_map<std::string, std::set<HandleId>> watchers_by_key_;
   std::unordered_map<std::string, size_t> keyspace_refs_;  // prefix -> sessions bound to it
   std::unordered_map<std::string, uint64_t> key_owner_;    // connection-bound key -> its owner
+  std::unordered_map<uint64_t, std::unordered_set<std::string>> owned_keys_;  // the same, by owner
   HandleId next_id_ = 1;
   std::function<void(const std::string&)> release_hook_;
   size_t stored_bytes_ = 0;

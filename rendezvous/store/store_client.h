@@ -37,6 +37,9 @@ struct StoreClientOptions {
   // The job's secret (modern dialect): every connection proves it to the store and checks the store's proof
   // (store_auth.h) before its first request; AuthenticationError when they do not match. Null: none.
   std::shared_ptr<const StoreAuth> auth;
+  // With `auth`: prove it as an observer (`ddprun status`): the store lets this client read the job's keys,
+  // never write, and does not admit its address (store_session.h). False: as an agent.
+  bool observer = false;
 };
 
 class StoreClient final : public Store {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <memory>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 
 #include "rendezvous/store/store_server_impl.h"
@@ -10,12 +11,14 @@
 namespace ddprun::rdzv {
 
 StoreServer::Connection::Connection(std::shared_ptr<Impl> server, tcp::socket socket, std::string peer,
-                                    std::string address)
+                                    std::string address, bool stranger)
     : server_(std::move(server)),
       socket_(std::move(socket)),
       peer_(std::move(peer)),
       address_(std::move(address)),
+      stranger_counted_(stranger),
       timer_(server_->io),
+      handshake_timer_(server_->io),
       session_(
           server_->state, server_->options.limits, server_->options.dialect, [this] { on_async_output(); },
           &server_->shared),
@@ -29,6 +32,7 @@ StoreServer::Connection::Connection(std::shared_ptr<Impl> server, tcp::socket so
                                   agent_counted_ = true;
                                 }});
   }
+  if (stranger_counted_) ++server_->handshaking[source_of(address_)];
 }
 
 void StoreServer::Connection::account() {
@@ -52,9 +56,34 @@ void StoreServer::Connection::close_soon(std::string reason) {
 }
 
 void StoreServer::Connection::start() {
-  socket_.set_option(tcp::no_delay(true));
-  socket_.non_blocking(true);
+  boost::system::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+  socket_.non_blocking(true, ignored);
+  if (stranger_counted_) {
+    handshake_timer_.expires_after(server_->options.handshake_timeout);
+    handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || self->established_ || self->server_->admitted(self->address_)) return;
+      self->drop_handshake("did not authenticate within " +
+                           std::to_string(self->server_->options.handshake_timeout.count()) + " ms");
+    });
+  }
   wait_readable();
+}
+
+void StoreServer::Connection::drop_handshake(const std::string& why) {
+  ++server_->counters.handshakes_dropped;
+  server_->note_refusal(address_, peer_, why);
+  close("");
+}
+
+void StoreServer::Connection::note_established() {
+  if (established_ || !session_.established()) return;
+  established_ = true;
+  handshake_timer_.cancel();
+  if (std::exchange(stranger_counted_, false)) {
+    auto it = server_->handshaking.find(source_of(address_));
+    if (it != server_->handshaking.end() && --it->second == 0) server_->handshaking.erase(it);
+  }
 }
 
 void StoreServer::Connection::close(const std::string& reason) {
@@ -62,6 +91,11 @@ void StoreServer::Connection::close(const std::string& reason) {
   closed_ = true;
   if (agent_counted_ && --server_->agent_addresses[address_] <= 0) server_->agent_addresses.erase(address_);
   agent_counted_ = false;
+  if (std::exchange(stranger_counted_, false)) {
+    auto it = server_->handshaking.find(source_of(address_));
+    if (it != server_->handshaking.end() && --it->second == 0) server_->handshaking.erase(it);
+  }
+  handshake_timer_.cancel();
   if (!reason.empty()) {
     ++server_->counters.dropped;
     spdlog::warn("store: dropping client {}: {}", peer_, reason);
@@ -75,7 +109,7 @@ void StoreServer::Connection::close(const std::string& reason) {
 }
 
 void StoreServer::Connection::wait_readable() {
-  if (reading_ || closed_) return;
+  if (reading_ || closed_ || auth_running_) return;
   reading_ = true;
   socket_.async_wait(tcp::socket::wait_read,
                      [self = shared_from_this()](const boost::system::error_code& ec) {
@@ -101,26 +135,36 @@ void StoreServer::Connection::on_readable() {
     close("");  // peer closed or reset: normal end of a client
     return;
   }
-  silent_ = false;
+  if (spoke_at_ == std::chrono::steady_clock::time_point{}) {
+    spoke_at_ = std::chrono::steady_clock::now();
+    server_->handshake_only.push_back(shared_from_this());  // dropped from it once established
+  }
   std::span<const uint8_t> input(scratch.data(), n);
   if (!pending_.empty()) {
     pending_.insert(pending_.end(), input.begin(), input.end());
     input = pending_;
   }
+  process(input);
+}
+
+void StoreServer::Connection::process(std::span<const uint8_t> input) {
   size_t max_output = server_->options.max_output_bytes;
   server_->handling = this;
   auto result = session_.consume(input, max_output - std::min(max_output, writing_.size()));
   server_->handling = nullptr;
   server_->counters.requests += result.requests;
   for (size_t op = 0; op < kOpCount; ++op) server_->counters.requests_by_op[op] += result.by_op[op];
-  if (result.refused) {
-    server_->note_refusal(address_, peer_, result.error);
-    close("");
-    return;
-  }
-  if (!result.error.empty()) {
+  if (!settle(result)) return;
+  if (result.auth_pending) {
+    keep_rest(input, result.consumed);  // no deadline: nothing is read until the step is done
+    if (timer_armed_) {
+      timer_armed_ = false;
+      timer_.cancel();
+    }
+    run_auth_step();
+    if (closed_) return;
     flush();
-    close(result.error);
+    if (!closed_) account();
     return;
   }
   keep_partial(input, result.consumed);
@@ -136,6 +180,53 @@ void StoreServer::Connection::on_readable() {
   if (!write_in_flight_ || session_.output().size() < kPauseReadingAt) wait_readable();
 }
 
+bool StoreServer::Connection::settle(const StoreSession::ConsumeResult& result) {
+  if (result.refused) {
+    ++server_->counters.unauthorized;
+    server_->note_refusal(address_, peer_, result.error);
+    close("");
+    return false;
+  }
+  if (!result.error.empty()) {
+    flush();  // what it was owed before the broken request
+    close(result.error);
+    return false;
+  }
+  note_established();
+  return true;
+}
+
+void StoreServer::Connection::run_auth_step() {
+  auth_running_ = true;
+  std::weak_ptr<Connection> weak = shared_from_this();
+  asio::io_context& io = server_->io;
+  const bool queued = server_->auth_workers.submit([step = session_.take_auth_step(), weak, &io] {
+    StoreSession::AuthOutcome outcome = step.run();
+    asio::post(io, [weak, outcome = std::move(outcome)]() mutable {
+      if (auto self = weak.lock()) self->auth_done(std::move(outcome));
+    });
+  });
+  if (!queued) {
+    drop_handshake("the store's queue of authentications is full (" +
+                   std::to_string(server_->auth_workers.max_queued()) +
+                   " waiting for munged): try again when the store is less busy");
+  }
+}
+
+void StoreServer::Connection::auth_done(StoreSession::AuthOutcome outcome) {
+  auth_running_ = false;
+  if (closed_) return;
+  if (!settle(session_.finish_auth(std::move(outcome)))) return;
+  if (!pending_.empty()) {
+    process(pending_);  // what the client sent after its AUTH request
+    return;
+  }
+  flush();
+  if (closed_) return;
+  account();
+  if (!closed_) wait_readable();
+}
+
 void StoreServer::Connection::keep_partial(std::span<const uint8_t> input, size_t consumed) {
   if (consumed == input.size()) {
     pending_.clear();
@@ -146,11 +237,7 @@ void StoreServer::Connection::keep_partial(std::span<const uint8_t> input, size_
     }
     return;
   }
-  if (input.data() == pending_.data()) {
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(consumed));
-  } else {
-    pending_.assign(input.begin() + static_cast<ptrdiff_t>(consumed), input.end());
-  }
+  keep_rest(input, consumed);
   if (!timer_armed_) {
     timer_armed_ = true;
     timer_.expires_after(server_->options.request_timeout);
@@ -161,6 +248,14 @@ void StoreServer::Connection::keep_partial(std::span<const uint8_t> input, size_
                   std::to_string(self->server_->options.request_timeout.count()) + " ms (" +
                   std::to_string(self->pending_.size()) + " bytes received)");
     });
+  }
+}
+
+void StoreServer::Connection::keep_rest(std::span<const uint8_t> input, size_t consumed) {
+  if (input.data() == pending_.data()) {
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(consumed));
+  } else {
+    pending_.assign(input.begin() + static_cast<ptrdiff_t>(consumed), input.end());
   }
 }
 

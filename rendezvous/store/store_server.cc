@@ -100,15 +100,10 @@ void StoreServer::Impl::bind() {
 
 void StoreServer::Impl::note_refusal(const std::string& address, const std::string& peer,
                                      const std::string& why) {
-  ++counters.unauthorized;
-  const auto now = std::chrono::steady_clock::now();
-  auto [it, first] = refusal_logged.try_emplace(address, now);
-  if (!first && now - it->second < std::chrono::minutes(1)) return;
-  it->second = now;
-  if (refusal_logged.size() > 4096) {  // a scan from many addresses must not grow this without bound
-    std::erase_if(refusal_logged, [&](const auto& e) { return now - e.second >= std::chrono::minutes(1); });
-  }
-  spdlog::warn("store: refused client {}: {} (logged once a minute per address)", peer, why);
+  uint64_t unlogged = 0;
+  if (!refusal_log.should_log(address, std::chrono::steady_clock::now(), unlogged)) return;
+  spdlog::warn("store: refused client {}: {} (logged once a minute per address{})", peer, why,
+               unlogged ? "; " + std::to_string(unlogged) + " refusals not logged since the last line" : "");
 }
 
 void StoreServer::Impl::refuse(tcp::socket socket) {
@@ -187,19 +182,43 @@ void StoreServer::Impl::enforce_budget() {
   }
 }
 
-// Near the connection limit, closes connections that never sent a byte for silent_timeout, oldest first.
+// Near the connection limit, closes connections that were not established for silent_timeout, oldest first.
 void StoreServer::Impl::reclaim_silent() {
   if (connections.size() * 10 < options.max_connections * 9) return;
   const auto cutoff = std::chrono::steady_clock::now() - options.silent_timeout;
   while (!silent.empty() && connections.size() * 10 >= options.max_connections * 9) {
     auto c = silent.front().lock();
-    if (c && c->silent() && c->accepted_at() > cutoff) return;  // the oldest silent one is still young
+    if (c && c->silent() && !c->closing() && c->accepted_at() > cutoff) return;  // the oldest is young
     silent.pop_front();
-    if (c && c->silent()) {
-      c->close("silent for " + std::to_string(options.silent_timeout.count()) +
-               " ms while the store is near its connection limit");
+    if (c && c->silent() && !c->closing()) {
+      c->close("not established for " + std::to_string(options.silent_timeout.count()) +
+               " ms (nothing but VALIDATE, PING or AUTH) while the store is near its connection limit");
     }
   }
+}
+
+bool StoreServer::Impl::evict_for_newcomer() {
+  while (!strangers.empty()) {
+    auto c = strangers.front().lock();
+    strangers.pop_front();
+    if (!c || !c->silent() || c->closing() || admitted(c->address())) continue;
+    c->drop_handshake("closed to make room for a new connection at the limit of " +
+                      std::to_string(options.max_connections) + ": it had not authenticated");
+    return true;
+  }
+  const auto cutoff = std::chrono::steady_clock::now() - options.handshake_timeout;
+  while (!handshake_only.empty()) {
+    auto c = handshake_only.front().lock();
+    if (c && c->silent() && !c->closing() && c->spoke_at() > cutoff) return false;  // the oldest is young
+    handshake_only.pop_front();
+    if (!c || !c->silent() || c->closing()) continue;
+    c->drop_handshake("closed to make room for a new connection at the limit of " +
+                      std::to_string(options.max_connections) + ": for " +
+                      std::to_string(options.handshake_timeout.count()) +
+                      " ms it had sent nothing but VALIDATE, PING or AUTH");
+    return true;
+  }
+  return false;
 }
 
 void StoreServer::Impl::accept() {
@@ -210,23 +229,35 @@ void StoreServer::Impl::accept() {
       return;
     }
     reclaim_silent();
-    if (connections.size() >= options.max_connections) {
+    boost::system::error_code pec;
+    auto remote = socket.remote_endpoint(pec);
+    std::string address = pec ? std::string() : address_of(remote);
+    const bool stranger = options.auth && !admitted(address);
+    const auto waiting = stranger ? handshaking.find(source_of(address)) : handshaking.end();
+    if (waiting != handshaking.end() && waiting->second >= options.max_handshakes_per_address) {
+      ++counters.handshakes_dropped;
+      note_refusal(address, pec ? std::string("unknown peer") : describe(remote),
+                   "more than " + std::to_string(options.max_handshakes_per_address) +
+                       " connections from its address have not authenticated");
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else if (connections.size() >= options.max_connections && !evict_for_newcomer()) {
       refuse(std::move(socket));
     } else {
-      boost::system::error_code pec;
-      auto remote = socket.remote_endpoint(pec);
       std::string peer = pec ? std::string("unknown peer") : describe(remote);
       ++counters.accepted;
-      auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer),
-                                               pec ? std::string() : address_of(remote));
+      auto conn = std::make_shared<Connection>(keep, std::move(socket), std::move(peer), std::move(address),
+                                               stranger);
       connections.insert(conn);
       silent.push_back(conn);
-      if (silent.size() > 2 * connections.size() + 64) {  // drop the expired entries now and then
-        std::erase_if(silent, [](const auto& w) {
-          auto c = w.lock();
-          return !c || !c->silent();
-        });
-      }
+      if (stranger) strangers.push_back(conn);
+      auto expired = [](const auto& w) {
+        auto c = w.lock();
+        return !c || !c->silent();
+      };
+      if (silent.size() > 2 * connections.size() + 64) std::erase_if(silent, expired);  // now and then
+      if (strangers.size() > 2 * connections.size() + 64) std::erase_if(strangers, expired);
+      if (handshake_only.size() > 2 * connections.size() + 64) std::erase_if(handshake_only, expired);
       conn->start();
     }
     accept();
@@ -258,6 +289,9 @@ size_t default_memory_budget(const WireLimits& limits) {
 
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
     : impl_(std::make_shared<Impl>(io, std::move(options))) {
+  // An auth that does not require its proof (MUNGE under auto, munged failing: the host's decision) is an
+  // open store.
+  if (impl_->options.auth && !impl_->options.auth->store_requires()) impl_->options.auth.reset();
   impl_->options.max_connections = connection_limit(impl_->options.max_connections);
   if (impl_->options.memory_budget == 0) {
     impl_->options.memory_budget = default_memory_budget(impl_->options.limits);
@@ -293,6 +327,7 @@ void StoreServer::stop() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->retry_timer.cancel();
+  impl_->auth_workers.stop();             // no step runs, nor gives an outcome back, after this
   auto connections = impl_->connections;  // close() erases from the set
   for (auto& c : connections) c->close("");
 }

@@ -12,9 +12,20 @@
 // does not complete within `request_timeout`, or that stops reading while its replies (or its wait and
 // watch notifications) pile up past `max_output_bytes`, is dropped with one log line; so are the clients
 // holding the most when all together hold more than `memory_budget`. Every other client keeps being served
-// and no stored data is lost. Connections beyond `max_connections` are closed at accept; near that limit,
-// connections that never sent a byte for `silent_timeout` are reclaimed oldest first. Accept errors (out of
-// descriptors) and refusals are logged at most once a second with a count.
+// and no stored data is lost. At `max_connections` a newcomer takes the place of the oldest connection that
+// sent nothing but VALIDATE, PING or AUTH for `handshake_timeout` (nothing served: not established,
+// StoreSession), and is closed at accept when there is none; near that limit, connections that were never
+// established for `silent_timeout` (torch 1.13's callback connection sends nothing for long) are reclaimed
+// oldest first. Accept errors (out of descriptors) and refusals are logged at most once a second with a
+// count.
+//
+// With a secret (`auth`), strangers cannot hold the store's connections: a connection from an address that
+// is not the job's (StoreSession's admission) must authenticate within `handshake_timeout`; at most
+// `max_handshakes_per_address` such connections per address (an IPv6 /64) are open at once; and at the
+// connection limit the oldest of them makes room for a newcomer at once, whatever its age. An auth whose
+// proofs block (MUNGE) runs them on `auth_threads` threads of their own (AuthWorkers), never on the event
+// loop's, with at most `auth_queue` handshakes waiting. What they refuse is logged once a minute per address
+// (RefusalLog).
 //
 // Threads: construct, stop() and stats() on the io_context's thread (or before it runs). Use
 // StoreServerThread for a server with a thread of its own.
@@ -61,15 +72,24 @@ struct StoreServerOptions {
   // because its connection closed: a killed agent's live/ key. Must not block.
   std::function<void(const std::string& key)> on_connection_key_released;
   std::chrono::milliseconds request_timeout{30000};
-  // A connection that has sent nothing for this long may be closed, oldest first, when the server holds more
-  // than 90% of max_connections (torch 1.13's callback connection legitimately stays silent: only a server
-  // short of descriptors reclaims silent ones).
+  // A connection that was not established for this long (nothing served beyond VALIDATE, PING and AUTH) may
+  // be closed, oldest first, when the server holds more than 90% of max_connections (torch 1.13's callback
+  // connection legitimately stays silent: only a server short of descriptors reclaims silent ones).
   std::chrono::milliseconds silent_timeout{30000};
   int backlog = 4096;
   // The job's secret (store_auth.h, docs/security.md): set, only agents that prove it may touch the job's
   // keys, and other clients are served only from the addresses of the job's nodes (StoreSession's admission);
   // refused clients are closed and logged once per address per minute. Null: an open store, as torch's.
   std::shared_ptr<const StoreAuth> auth;
+  // See the top of this file: a stranger's time to authenticate (with `auth`; an agent does it in a few
+  // round trips), and how long a connection may send only VALIDATE, PING or AUTH before a newcomer at the
+  // connection limit takes its place (any store).
+  std::chrono::milliseconds handshake_timeout{10000};
+  size_t max_handshakes_per_address = 128;
+  // Threads for the blocking AUTH steps (StoreAuth::blocks(): MUNGE), and how many steps may wait for them
+  // (each connection has at most one; beyond, the handshake is refused, saying so).
+  size_t auth_threads = 4;
+  size_t auth_queue = 65536;
   // Keys (as stored: with the client's "/" prefix) that hold their value before the first request is read.
   std::vector<std::pair<std::string, std::string>> preset;
 };

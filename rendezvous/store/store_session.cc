@@ -1,7 +1,11 @@
 #include "rendezvous/store/store_session.h"
 
 #include <algorithm>
+#include <exception>
 #include <memory>
+#include <utility>
+
+#include "rendezvous/util/text_util.h"
 
 namespace ddprun::rdzv {
 
@@ -59,6 +63,7 @@ std::string_view StoreSession::unscoped(const std::string& key) const {
 
 StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input, size_t max_output) {
   ConsumeResult result;
+  if (auth_phase_ != 0) return result;  // waits for finish_auth()
   while (result.consumed < input.size()) {
     ParseResult parsed = parser_.parse(input.subspan(result.consumed), scratch_);
     if (parsed.status == ParseStatus::kNeedMore) break;
@@ -74,12 +79,30 @@ StoreSession::ConsumeResult StoreSession::consume(std::span<const uint8_t> input
       result.refused = refused_;
       break;
     }
+    if (auth_phase_ != 0) {
+      if (pending_auth_.auth->blocks()) {
+        result.auth_pending = true;
+        break;
+      }
+      if (std::string err = complete_auth(take_auth_step().run()); !err.empty()) {
+        result.error = std::move(err);
+        result.refused = refused_;
+        break;
+      }
+    }
     if (out_.size() > max_output) {
       result.error = "not reading its replies (" + std::to_string(out_.size()) +
                      " bytes queued, the limit is " + std::to_string(max_output) + ")";
       break;
     }
   }
+  return result;
+}
+
+StoreSession::ConsumeResult StoreSession::finish_auth(AuthOutcome outcome) {
+  ConsumeResult result;
+  result.error = complete_auth(outcome);
+  result.refused = refused_;
   return result;
 }
 
@@ -99,12 +122,43 @@ void StoreSession::handle_wait(const std::vector<std::string>& keys) {
   waits_.insert(*id);
 }
 
-std::string StoreSession::admit(const Request& req) const {
-  if (!admission_.auth || authenticated_) return "";
+namespace {
+
+// What an observer (`ddprun status`) may do: read.
+bool reads_only(Op op) {
+  switch (op) {
+    case Op::kValidate:
+    case Op::kPing:
+    case Op::kGet:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kCancelWait:
+    case Op::kMultiGet:
+    case Op::kGetNumKeys:
+    case Op::kListKeys:
+    case Op::kQueueLen:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string StoreSession::admit(const Request& req) {
+  if (!admission_.auth || role_ == Role::kAgent) return "";
   if (req.op == Op::kValidate || req.op == Op::kPing || req.op == Op::kAuth) return "";
-  if (!admission_.peer_admitted || !admission_.peer_admitted()) {
-    return "refused " + std::string(op_name(req.op)) + ": this store requires " + admission_.auth->what() +
-           ", and the client is neither an authenticated agent nor on a node of the job";
+  if (role_ == Role::kObserver) {
+    if (reads_only(req.op) || (req.op == Op::kAdd && req.delta == 0)) return "";  // ADD 0: a counter read
+    return "refused " + std::string(op_name(req.op)) +
+           ": an observer (ddprun status) proved the job's secret to read, not to write";
+  }
+  if (!admitted_) {
+    if (!admission_.peer_admitted || !admission_.peer_admitted()) {
+      return "refused " + std::string(op_name(req.op)) + ": this store requires " + admission_.auth->what() +
+             ", and the client is neither an authenticated agent nor on a node of the job";
+    }
+    admitted_ = true;  // latched: the connection stays admitted while its node's agent reconnects
   }
   for (const auto& k : req.keys) {
     if (k.starts_with(KeyValueState::kAgentNamespace)) {
@@ -115,60 +169,100 @@ std::string StoreSession::admit(const Request& req) const {
   return "";
 }
 
-std::string StoreSession::handle_auth(const Request& req) {
-  ReplyQueue& w = out_;
+StoreSession::AuthOutcome StoreSession::AuthStep::run() const noexcept {
+  AuthOutcome out;
+  try {
+    if (phase == 1) {
+      out.proof = auth->proof(StoreAuth::kStore, client_nonce, store_nonce);
+      out.ok = true;
+    } else {
+      out.ok = auth->verify(phase == 2 ? StoreAuth::kAgent : StoreAuth::kObserver, client_nonce, store_nonce,
+                            given, out.why);
+    }
+  } catch (const std::exception& e) {  // proof() could not be made (munged down), or no memory
+    out.ok = false;
+    out.why = e.what();
+  }
+  return out;
+}
+
+std::string StoreSession::start_auth(const Request& req) {
   const StoreAuth* auth = admission_.auth.get();
   if (req.number == 1 && !auth) {  // an open store: no proof to give or take
-    w.bytes(std::string());
-    w.bytes(std::string());
+    out_.bytes(std::string());
+    out_.bytes(std::string());
     return "";
   }
   if (!auth) return "AUTH phase " + std::to_string(req.number) + " on a store without a secret";
-  if (authenticated_) return "AUTH on a connection that already proved " + auth->what();
+  if (authenticated()) return "AUTH on a connection that already proved " + auth->what();
   if (req.number == 1) {
     if (!store_nonce_.empty()) return "AUTH phase 1 twice";
     if (req.values[0].size() != StoreAuth::kNonceBytes) {
       return "AUTH with a nonce of " + std::to_string(req.values[0].size()) + " bytes (" +
              std::to_string(StoreAuth::kNonceBytes) + " expected)";
     }
-    client_nonce_ = req.values[0];
     store_nonce_ = auth->nonce();
-    std::string proof;
-    try {
-      proof = auth->proof("store", client_nonce_, store_nonce_);
-    } catch (const std::runtime_error& e) {
+    if (store_nonce_.empty()) {
       refused_ = true;
-      return "AUTH: this store cannot prove itself to the agent: " + std::string(e.what());
+      return "AUTH: this store has no random bytes for its nonce (the system's random source failed)";
     }
-    w.bytes(store_nonce_);
-    w.bytes(proof);
+    client_nonce_ = req.values[0];
+  } else if (req.number == 2 || req.number == 3) {
+    if (store_nonce_.empty()) return "AUTH phase " + std::to_string(req.number) + " before phase 1";
+  } else {
+    return "AUTH with an unknown phase " + std::to_string(req.number);
+  }
+  auth_phase_ = req.number;
+  pending_auth_ = AuthStep{.auth = admission_.auth,
+                           .phase = req.number,
+                           .client_nonce = client_nonce_,
+                           .store_nonce = store_nonce_,
+                           .given = req.number == 1 ? std::string() : req.values[0]};
+  return "";
+}
+
+std::string StoreSession::complete_auth(const AuthOutcome& outcome) {
+  const uint32_t phase = std::exchange(auth_phase_, 0);
+  pending_auth_ = AuthStep{};
+  if (phase == 0) return "an AUTH outcome without an AUTH request";
+  if (phase == 1) {
+    if (!outcome.ok) {
+      refused_ = true;
+      return "AUTH: this store cannot prove itself to the agent: " + outcome.why;
+    }
+    out_.bytes(store_nonce_);
+    out_.bytes(outcome.proof);
     return "";
   }
-  if (req.number != 2) return "AUTH with an unknown phase " + std::to_string(req.number);
-  if (store_nonce_.empty()) return "AUTH phase 2 before phase 1";
-  if (std::string why; !auth->verify("agent", client_nonce_, store_nonce_, req.values[0], why)) {
+  if (!outcome.ok) {
     refused_ = true;
-    return "refused AUTH: " + why;
+    return "refused AUTH" + std::string(phase == 3 ? " of an observer" : "") + ": " + outcome.why;
   }
-  authenticated_ = true;
-  w.u8(1);
-  if (admission_.on_authenticated) admission_.on_authenticated();
+  role_ = phase == 2 ? Role::kAgent : Role::kObserver;
+  established_ = true;
+  out_.u8(1);
+  if (role_ == Role::kAgent && admission_.on_authenticated) admission_.on_authenticated();
   return "";
 }
 
 std::string StoreSession::handle(Request& req, size_t max_output) {
-  ReplyQueue& w = out_;
   if (std::string why = admit(req); !why.empty()) {
     refused_ = true;
     return why;
   }
-  if (req.op == Op::kAuth) return handle_auth(req);
+  if (req.op == Op::kAuth) return start_auth(req);
+  if (req.op != Op::kValidate && req.op != Op::kPing) established_ = true;
   scope(req);
+  return serve(req, max_output);
+}
+
+std::string StoreSession::serve(Request& req, size_t max_output) {
+  ReplyQueue& w = out_;
   switch (req.op) {
     case Op::kValidate:
       break;  // the parser checked the magic; no reply
     case Op::kAuth:
-      break;  // handle_auth() above
+      break;  // start_auth(), in handle()
     case Op::kPing:
       w.u32(req.number);
       break;
@@ -183,22 +277,13 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
       // Clients WAIT before GET; a GET of a missing key gets an empty value to keep the stream in step.
       w.bytes(state_.shared(req.keys[0]));
       break;
-    case Op::kAdd: {
-      auto v = state_.add(req.keys[0], req.delta);
-      if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
-      w.i64(*v);
-      break;
-    }
+    case Op::kAdd:
+      return serve_add(req);
     case Op::kCheck:
       w.u8(state_.check(req.keys) ? kCheckReady : kCheckNotReady);
       break;
     case Op::kWait:
-      if (waits_.size() >= parser_.limits().max_pending_waits) {
-        return "more than " + std::to_string(parser_.limits().max_pending_waits) +
-               " WAITs pending on one connection (the limit)";
-      }
-      handle_wait(req.keys);
-      break;
+      return serve_wait(req.keys);
     case Op::kGetNumKeys:
       w.i64(count_view());
       break;
@@ -208,21 +293,8 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kAppend:
       state_.append(req.keys[0], req.values[0]);
       break;
-    case Op::kMultiGet: {
-      // One request may name a large value many times: size the reply before building it.
-      size_t reply = 0;
-      found_.clear();
-      for (const auto& k : req.keys) {
-        found_.push_back(&state_.shared(k));
-        reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
-      }
-      if (reply > max_output - std::min(max_output, out_.size())) {
-        return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
-               std::to_string(max_output);
-      }
-      for (const SharedValue* v : found_) w.bytes(*v);
-      break;
-    }
+    case Op::kMultiGet:
+      return serve_multi_get(req, max_output);
     case Op::kMultiSet:
       for (size_t i = 0; i < req.keys.size(); ++i) state_.set(req.keys[i], std::move(req.values[i]));
       break;
@@ -235,43 +307,87 @@ std::string StoreSession::handle(Request& req, size_t max_output) {
     case Op::kQueuePush:
       state_.queue_push(req.keys[0], std::move(req.values[0]));
       break;
-    case Op::kQueuePop: {
+    case Op::kQueuePop:
       // Reply: the queue's length before the pop, then the element when there was one.
       w.i64(state_.queue_len(req.keys[0]));
       if (SharedValue v = state_.queue_pop(req.keys[0])) w.bytes(v);
       break;
-    }
-    case Op::kListKeys: {
-      const auto keys = list_view();
-      w.i64(static_cast<int64_t>(keys.size()));
-      for (const auto& k : keys) w.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
+    case Op::kListKeys:
+      serve_list_keys();
       break;
-    }
     case Op::kQueueLen:
       w.i64(state_.queue_len(req.keys[0]));
       break;
-    case Op::kWatchKey: {
-      // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a
-      // repeated WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
-      w.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
-      if (watches_.count(req.keys[0])) break;
-      if (watches_.size() >= parser_.limits().max_watched_keys) {
-        return "more than " + std::to_string(parser_.limits().max_watched_keys) +
-               " keys watched on one connection (the limit)";
-      }
-      // The notification references the old and the new value: a hundred watchers cost them once.
-      auto id = state_.watch(req.keys[0], [this](WatchEvent event, const std::string& key,
-                                                 const SharedValue& old_value, const SharedValue& new_value) {
-        out_.u8(static_cast<uint8_t>(event));
-        out_.bytes(unscoped(key));
-        out_.bytes(old_value);
-        out_.bytes(new_value);
-        if (on_async_output_) on_async_output_();
-      });
-      watches_.emplace(req.keys[0], id);
-      break;
-    }
+    case Op::kWatchKey:
+      return serve_watch(req.keys[0]);
   }
+  return {};
+}
+
+std::string StoreSession::serve_add(const Request& req) {
+  if (role_ == Role::kObserver) {  // ADD 0 as a read: a missing key is 0 and stays missing
+    const std::string* text = state_.get(req.keys[0]);
+    const std::optional<long long> v = text ? parse_int(*text) : std::optional<long long>(0);
+    if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer";
+    out_.i64(static_cast<int64_t>(*v));
+    return {};
+  }
+  auto v = state_.add(req.keys[0], req.delta);
+  if (!v) return "ADD on key '" + req.keys[0] + "' whose value is not an integer (or overflows)";
+  out_.i64(*v);
+  return {};
+}
+
+std::string StoreSession::serve_wait(const std::vector<std::string>& keys) {
+  if (waits_.size() >= parser_.limits().max_pending_waits) {
+    return "more than " + std::to_string(parser_.limits().max_pending_waits) +
+           " WAITs pending on one connection (the limit)";
+  }
+  handle_wait(keys);
+  return {};
+}
+
+std::string StoreSession::serve_multi_get(const Request& req, size_t max_output) {
+  // One request may name a large value many times: size the reply before building it.
+  size_t reply = 0;
+  found_.clear();
+  for (const auto& k : req.keys) {
+    found_.push_back(&state_.shared(k));
+    reply += sizeof(uint64_t) + (*found_.back() ? (*found_.back())->size() : 0);
+  }
+  if (reply > max_output - std::min(max_output, out_.size())) {
+    return "MULTI_GET reply of " + std::to_string(reply) + " bytes is over the output limit of " +
+           std::to_string(max_output);
+  }
+  for (const SharedValue* v : found_) out_.bytes(*v);
+  return {};
+}
+
+void StoreSession::serve_list_keys() {
+  const auto keys = list_view();
+  out_.i64(static_cast<int64_t>(keys.size()));
+  for (const auto& k : keys) out_.bytes(view_ == View::kKeyspace ? unscoped(k) : std::string_view(k));
+}
+
+std::string StoreSession::serve_watch(const std::string& key) {
+  // Legacy callback connection: acknowledge, then push every change of the key. Once per key: a repeated
+  // WATCH_KEY would multiply every notification (a few bytes making gigabytes of replies).
+  out_.u8(static_cast<uint8_t>(WatchEvent::kCallbackRegistered));
+  if (watches_.count(key)) return {};
+  if (watches_.size() >= parser_.limits().max_watched_keys) {
+    return "more than " + std::to_string(parser_.limits().max_watched_keys) +
+           " keys watched on one connection (the limit)";
+  }
+  // The notification references the old and the new value: a hundred watchers cost them once.
+  auto id = state_.watch(key, [this](WatchEvent event, const std::string& changed,
+                                     const SharedValue& old_value, const SharedValue& new_value) {
+    out_.u8(static_cast<uint8_t>(event));
+    out_.bytes(unscoped(changed));
+    out_.bytes(old_value);
+    out_.bytes(new_value);
+    if (on_async_output_) on_async_output_();
+  });
+  watches_.emplace(key, id);
   return {};
 }
 

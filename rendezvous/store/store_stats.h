@@ -16,6 +16,10 @@ struct StoreServerStats {
   uint64_t refused = 0;       // closed at accept: over max_connections
   uint64_t dropped = 0;       // closed for misbehaviour (silent ones reclaimed included)
   uint64_t unauthorized = 0;  // closed by the admission of a store with a secret (StoreServerOptions::auth)
+  // Closed before they authenticated (a store with a secret): from an address that is not the job's past its
+  // handshake_timeout, over max_handshakes_per_address, or to make room at max_connections; or because the
+  // queue of blocking AUTH steps was full.
+  uint64_t handshakes_dropped = 0;
   uint64_t requests = 0;
   std::array<uint64_t, kOpCount> requests_by_op{};  // index: Op (op_name names it)
   int64_t keys = 0;

@@ -214,6 +214,11 @@ class FieldParser {
   // Returns false when parsing stopped (need more, or error; result_ says which).
   bool key() { return skipped() || field(out_.keys, limits_.max_key_bytes, "key"); }
   bool value() { return skipped() || field(out_.values, limits_.max_value_bytes, "value"); }
+  // AUTH's value: a nonce or a proof, refused past a few KiB before anything is buffered.
+  bool auth_value() {
+    return skipped() ||
+           field(out_.values, std::min(limits_.max_auth_bytes, limits_.max_value_bytes), "AUTH value");
+  }
   // `is_signed`: the count is an i64 on the wire (MULTI_SET), shown signed in the error.
   bool count(uint64_t& n, bool is_signed = false) {
     if (skipped()) {
@@ -288,7 +293,7 @@ bool parse_fields(Op op, FieldParser& f, Request& out) {
     case Op::kPing:
       return f.u32(out.number);
     case Op::kAuth:
-      return f.u32(out.number) && f.value();
+      return f.u32(out.number) && f.auth_value();
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:

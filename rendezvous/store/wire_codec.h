@@ -81,6 +81,7 @@ struct WireLimits {
   size_t max_value_bytes = 64 * 1024 * 1024;
   size_t max_keys_per_request = 128 * 1024;           // CHECK, WAIT, MULTI_GET, MULTI_SET
   size_t max_request_bytes = 128 * 1024 * 1024 + 64;  // a whole request, all fields together
+  size_t max_auth_bytes = 4096;  // an AUTH value (a nonce, a proof): StoreAuth::kMaxProofBytes
   // Per connection (StoreSession): WAITs pending at once and keys watched (WATCH_KEY). torch clients block
   // in each WAIT, so they have one pending at a time.
   size_t max_pending_waits = 1024;

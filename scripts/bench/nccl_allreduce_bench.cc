@@ -89,11 +89,17 @@ int run(size_t min_bytes, size_t max_bytes, double min_time, int warmup, int max
   }
   InitOptions init;
   init.backend = Backend::kNccl;
+  if (distinct_hosts) {  // the ranks share the GPUs there are
+    int count = 0;
+    cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    init.device = (local_rank ? std::atoi(local_rank) : 0) % std::max(count, 1);
+  }
   auto ctx = ddprun::sdk::init(init);
   ProcessGroup& pg = ctx->process_group();
   const int n = ctx->world_size();
   if (n > 1 && ctx->store() == nullptr) throw std::runtime_error("no store: run under ddprun");
-  cuda_ok(cudaSetDevice(ctx->local_rank()), "cudaSetDevice");
+  cuda_ok(cudaSetDevice(pg.device_index()), "cudaSetDevice");
   ncclComm_t raw = n > 1 ? make_raw_comm(*ctx) : nullptr;
   if (n == 1) {
     ncclUniqueId id;

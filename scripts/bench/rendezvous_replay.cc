@@ -2,11 +2,17 @@
 // event-driven client thread against one StoreServerThread on loopback (in a child process: see
 // StoreProcess). A benchmark, not a test.
 //
-//   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S] [--secret]
+//   ddprun-rendezvous-replay --nodes N [--min M] [--timeout S] [--secret | --munge-socket PATH]
 //
 // --secret: the store requires the job's secret (--rdzv_secret_file, docs/security.md) and every node's
 // connection does AUTH (HMAC-SHA256 both ways) after VALIDATE + PING; the handshakes are timed apart
 // (handshake_ms, cpu_ms.store_handshake) and the round then runs on authenticated connections.
+// --munge-socket: the same with MUNGE credentials through the munged at PATH (both sides: the nodes' proofs
+// are made on the client thread, one at a time). During the handshakes a probe connection of its own (a
+// thread) PINGs the store back to back: its round trips (probe_ms: median, p99, max, and `stalled`, the time
+// spent in round trips of 10 ms or more) are what every heartbeat and WAIT of a job would wait meanwhile;
+// cpu_ms.store_io_thread is the CPU time of the store's io thread alone during the handshakes (the rest of
+// cpu_ms.store_handshake ran on other threads of the store).
 //
 // Why: ddprun-rendezvous-sim runs N real DynamicRendezvous objects, one thread and two blocking StoreClient
 // connections (each with its own io_context) per node; on a 2-core machine those simulated clients use about
@@ -15,45 +21,53 @@
 // what the protocol costs the store, as when every node is a machine of its own.
 //
 // Fidelity: each node sends the same requests, with the same keys and values, in the same order, and waits
-// for each reply before the next, as rendezvous/c10d/dynamic_rendezvous.cc (next_rendezvous + wait_closed_or_close
-// for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0 when min < max], SET
-// live/<identity>, CHECK round, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by arrival max], then the node
-// whose arrival makes the count min [WAITs for r0/full when min < max] and closes
+// for each reply before the next, as rendezvous/c10d/dynamic_rendezvous.cc (next_rendezvous +
+// wait_closed_or_close for round 0, nobody failing, nobody late): CHECK closed, [ADD failures/<identity> 0
+// when min < max], SET live/<identity>, CHECK round, ADD r0/joined 1, SET r0/node/<i>, [SET r0/full by
+// arrival max], then the node whose arrival makes the count min [WAITs for r0/full when min < max] and closes
 // (rendezvous/c10d/dynamic_closing.cc): ADD joined 0, COMPARE_SET closed, WAIT + MULTI_GET the descriptors,
-// rdzv::assign_ranks (rendezvous/c10d/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments, SET
-// round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT + GET
-// assign/<i> (r0/dropped is read from round 1 on). Descriptors carry a standby endpoint (each node as if on a
-// host of its own) and assignments the round's successors, as with the store failover on. The store must
+// rdzv::assign_ranks (rendezvous/c10d/c10d_round.h), MULTI_SET r0/members, r0/dropped and the assignments,
+// SET round; every other node WAITs for r0/closed. Then each node: WAIT + GET closed, WAIT assign/<i>, WAIT +
+// GET assign/<i> (r0/dropped is read from round 1 on). Descriptors carry a standby endpoint (each node as if
+// on a host of its own) and assignments the round's successors, as with the store failover on. The store must
 // count the same requests per node as ddprun-rendezvous-sim does (11 for min = max): if they differ,
 // dynamic_rendezvous.cc changed and this replay must follow it. Only the main connection of each node is
 // opened (the watcher connection sends nothing during a round).
 //
 // Output: one JSON line like ddprun-rendezvous-sim's (wall_ms, phases_ms, requests_round, requests_per_node,
 // cpu_ms {store, clients}); exit 0 when the round completed and verified, 1 otherwise, 2 bad flags.
+#include <dirent.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
 #include "rendezvous/auth/hmac_auth.h"
+#include "rendezvous/auth/munge_auth.h"
 #include "rendezvous/c10d/c10d_round.h"
+#include "rendezvous/c10d/store_failover.h"
+#include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/wire_codec.h"
-#include "rendezvous/c10d/store_failover.h"
 #include "scripts/bench/fd_limit.h"
 
 namespace ddprun::bench {
@@ -96,6 +110,25 @@ double cpu_ms(clockid_t clock) {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
+// This process's threads (their ids).
+std::set<std::string> task_ids() {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// CPU time of thread `tid` of this process (its schedstat: nanoseconds on a CPU); 0 when unknown.
+double thread_cpu_ms(const std::string& tid) {
+  std::ifstream in("/proc/self/task/" + tid + "/schedstat");
+  double ns = 0;
+  return in >> ns ? ns / 1e6 : 0;
+}
+
 // The store in a child process of its own, so that this process's descriptors are all the clients': a node
 // costs one socket on each side, and one process holds about 20,000 descriptors here (16,000 nodes need
 // 32,000). The child serves until its command pipe closes; stats() asks it for its counters and CPU time.
@@ -104,6 +137,7 @@ class StoreProcess {
   struct Stats {
     uint64_t requests = 0, connections = 0;
     double cpu_ms = 0;
+    double io_thread_cpu_ms = 0;  // the store's io thread alone
   };
 
   // `auth`: what the store requires of its clients (null: nothing).
@@ -135,7 +169,7 @@ class StoreProcess {
   Stats stats() {
     if (write(out_, "s", 1) != 1) throw std::runtime_error("the store process is gone");
     Stats st;
-    std::istringstream(line()) >> st.requests >> st.connections >> st.cpu_ms;
+    std::istringstream(line()) >> st.requests >> st.connections >> st.cpu_ms >> st.io_thread_cpu_ms;
     return st;
   }
 
@@ -144,7 +178,13 @@ class StoreProcess {
     raise_fd_limit();
     spdlog::set_level(spdlog::level::warn);
     {
+      const auto before = task_ids();
       rdzv::StoreServerThread server(rdzv::StoreServerOptions{.host = "127.0.0.1", .auth = std::move(auth)});
+      // The one thread the server started is its io thread (any other starts later, on demand).
+      std::string io_thread;
+      for (const auto& tid : task_ids()) {
+        if (!before.count(tid)) io_thread = tid;
+      }
       auto say = [replies](const std::string& text) {
         return write(replies, text.data(), text.size()) == static_cast<ssize_t>(text.size());
       };
@@ -153,7 +193,8 @@ class StoreProcess {
       while (ok && read(commands, &c, 1) == 1) {
         const auto st = server.stats();
         ok = say(std::to_string(st.requests) + " " + std::to_string(st.connections) + " " +
-                 std::to_string(cpu_ms(CLOCK_PROCESS_CPUTIME_ID)) + "\n");
+                 std::to_string(cpu_ms(CLOCK_PROCESS_CPUTIME_ID)) + " " +
+                 std::to_string(thread_cpu_ms(io_thread)) + "\n");
       }
     }
     _exit(0);
@@ -397,11 +438,46 @@ std::string verify(const std::vector<std::unique_ptr<Node>>& nodes) {
   return "";
 }
 
-int run(int n, int min, double timeout_s, bool secret) {
+// A connection of its own that PINGs the store back to back until stop(): the round trips a heartbeat would
+// see meanwhile.
+class Probe {
+ public:
+  explicit Probe(uint16_t port) {
+    thread_ = std::thread([this, port] {
+      rdzv::StoreClient c("127.0.0.1", port, rdzv::StoreClientOptions{.timeout = std::chrono::seconds(120)});
+      while (!stop_) rtt_ms_.push_back(static_cast<double>(c.ping().count()) / 1e3);
+    });
+  }
+  // Stops it; the round trips: median, p99, max (ms), how many, and `stalled`: the time spent in round trips
+  // of 10 ms or more (the time the store left a heartbeat waiting that long).
+  nlohmann::json stop() {
+    stop_ = true;
+    thread_.join();
+    std::sort(rtt_ms_.begin(), rtt_ms_.end());
+    auto at = [&](double q) {
+      return rtt_ms_.empty() ? 0 : rtt_ms_[static_cast<size_t>(q * static_cast<double>(rtt_ms_.size() - 1))];
+    };
+    double stalled = 0;
+    for (double ms : rtt_ms_) stalled += ms >= 10 ? ms : 0;
+    return {{"median", at(0.5)},
+            {"p99", at(0.99)},
+            {"max", at(1)},
+            {"pings", rtt_ms_.size()},
+            {"stalled", stalled}};
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<double> rtt_ms_;
+  std::thread thread_;
+};
+
+int run(int n, int min, double timeout_s, bool secret, const std::string& munge_socket) {
   raise_fd_limit();
   spdlog::set_level(spdlog::level::warn);
   std::shared_ptr<const rdzv::StoreAuth> auth;
   if (secret) auth = std::make_shared<rdzv::HmacAuth>("the replay's job secret 0123456789");
+  if (!munge_socket.empty()) auth = std::make_shared<rdzv::MungeAuth>(munge_socket, "run replay");
   StoreProcess server(auth);  // before any thread or io_context of this process: it forks
   asio::io_context io;
   Round round{.nodes = n, .min = min, .io = &io};
@@ -419,7 +495,9 @@ int run(int n, int min, double timeout_s, bool secret) {
   // The handshake of each connection as StoreClient does it (VALIDATE + PING, and AUTH with --secret); timed
   // apart from the round.
   int shaken = 0;
+  asio::thread_pool nodes_cpu(4);  // the nodes' own proofs (see authenticate)
   const auto stats0 = server.stats();
+  Probe probe(server.port());
   const auto handshakes_began = Clock::now();
   for (auto& node : nodes) {
     Node* p = node.get();
@@ -432,16 +510,25 @@ int run(int n, int min, double timeout_s, bool secret) {
       p->call(
           Request{.op = Op::kAuth, .values = {*nonce}, .number = 1}, Reply::kManyBytes,
           [&, p, nonce, shaken_one] {
-            std::string why;
-            if (p->strs.size() != 2 || !auth->verify("store", *nonce, p->strs[0], p->strs[1], why)) {
-              round.error = "AUTH: the store's proof: " + why;
-              return io.stop();
-            }
-            const std::string proof = auth->proof("agent", *nonce, p->strs[0]);
-            p->call(Request{.op = Op::kAuth, .values = {proof}, .number = 2}, Reply::kU8, [&, p, shaken_one] {
-              if (p->num != 1) round.error = "AUTH refused";
-              shaken_one();
-            });
+            // Each node checks the store's proof and makes its own on its own machine: here on `nodes_cpu`,
+            // so that the store meets the handshakes of many nodes at once, as in a job's start.
+            asio::post(nodes_cpu,
+                       [&, p, nonce, shaken_one, store_nonce = p->strs.at(0), store_proof = p->strs.at(1)] {
+                         std::string why, proof;
+                         const bool ok = auth->verify("store", *nonce, store_nonce, store_proof, why);
+                         if (ok) proof = auth->proof("agent", *nonce, store_nonce);
+                         asio::post(io, [&, p, ok, why, proof, shaken_one] {
+                           if (!ok) {
+                             round.error = "AUTH: the store's proof: " + why;
+                             return io.stop();
+                           }
+                           p->call(Request{.op = Op::kAuth, .values = {proof}, .number = 2}, Reply::kU8,
+                                   [&, p, shaken_one] {
+                                     if (p->num != 1) round.error = "AUTH refused";
+                                     shaken_one();
+                                   });
+                         });
+                       });
           },
           2);
     };
@@ -454,6 +541,7 @@ int run(int n, int min, double timeout_s, bool secret) {
   const double handshake_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - handshakes_began).count();
   const auto stats1 = server.stats();
+  const nlohmann::json probe_ms = probe.stop();
   const double thread0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
   round.on_all_returned = [&] { deadline.cancel(); };
   for (auto& node : nodes) node->run();
@@ -484,10 +572,14 @@ int run(int n, int min, double timeout_s, bool secret) {
   out["requests_round"] = stats2.requests - stats1.requests;
   out["requests_per_node"] = static_cast<double>(stats2.requests - stats1.requests) / n;
   out["connections"] = stats1.connections;
-  out["cpu_ms"] = {
-      {"store", store_cpu}, {"clients", clients_cpu}, {"store_handshake", stats1.cpu_ms - stats0.cpu_ms}};
+  out["cpu_ms"] = {{"store", store_cpu},
+                   {"clients", clients_cpu},
+                   {"store_handshake", stats1.cpu_ms - stats0.cpu_ms},
+                   {"store_io_thread", stats1.io_thread_cpu_ms - stats0.io_thread_cpu_ms}};
   out["handshake_ms"] = handshake_ms;
+  out["probe_ms"] = probe_ms;
   out["secret"] = secret;
+  out["munge"] = !munge_socket.empty();
   out["ok"] = error.empty();
   if (!error.empty()) out["error"] = error;
   std::cout << out.dump() << std::endl;
@@ -502,10 +594,14 @@ int main(int argc, char** argv) {
   int nodes = 64, min = 0;
   double timeout_s = 120;
   bool secret = false;
+  std::string munge_socket;
   app.add_option("--nodes", nodes, "Simulated nodes (max_nodes)")->check(CLI::Range(1, 100000));
   app.add_option("--min", min, "min_nodes (default: = --nodes)")->check(CLI::Range(0, 100000));
   app.add_option("--timeout", timeout_s, "Deadline of the whole run, seconds")->check(CLI::PositiveNumber);
   app.add_flag("--secret", secret, "The store requires the job's secret; every connection does AUTH first");
+  app.add_option(
+      "--munge-socket", munge_socket,
+      "The store requires MUNGE credentials through the munged at this socket (instead of --secret)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -518,7 +614,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return ddprun::bench::run(nodes, min, timeout_s, secret);
+    return ddprun::bench::run(nodes, min, timeout_s, secret, munge_socket);
   } catch (const std::exception& e) {
     std::cerr << "ddprun-rendezvous-replay: " << e.what() << "\n";
     return 1;

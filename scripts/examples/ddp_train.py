@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A real DDP training job for ddprun (or torchrun): a small MLP on synthetic regression data, gloo on CPUs.
+"""A real DDP training job for ddprun (or torchrun): a small MLP on synthetic regression data, gloo on CPUs
+(NCCL on GPUs with --device cuda).
 
 Run under a launcher, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... :
     ddprun --standalone --nproc_per_node 4 scripts/examples/ddp_train.py --steps 200
@@ -96,6 +97,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cpu: gloo (the default); cuda: NCCL, local rank N on GPU N modulo the GPUs visible")
     p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.05)
@@ -137,18 +140,23 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
     assert dist.get_rank() == rank and dist.get_world_size() == world
 
     torch.manual_seed(1234)  # same initial parameters everywhere (DDP also broadcasts from rank 0)
-    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    model = nn.Sequential(nn.Linear(32, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1)).to(device)
     ddp = DDP(model)
     first_collective = FirstCollective()
     ddp.register_comm_hook(None, first_collective.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     start = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint)
+        state = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"] + 1
@@ -160,6 +168,7 @@ def main():
     data_gen = torch.Generator().manual_seed(1000 + rank)
     t0 = time.time()
     loss = torch.tensor(0.0)
+    true_w = true_w.to(device)
     progress = ProgressFile()
     last = time.monotonic()
     for step in range(start, args.steps):
@@ -173,7 +182,8 @@ def main():
         if load:
             time.sleep(load)
         x = torch.randn(args.batch, 32, generator=data_gen)
-        y = x @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen)
+        y = x.to(device) @ true_w + 0.01 * torch.randn(args.batch, 1, generator=data_gen).to(device)
+        x = x.to(device)
         opt.zero_grad()
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
@@ -204,7 +214,7 @@ def main():
         if rank == 0 and (step + 1) % args.log_every == 0:
             rate = (step + 1 - start) * args.batch * world / (time.time() - t0)
             print(f"step {step + 1}/{args.steps} loss {loss.item():.5f} ({rate:.0f} samples/s)", flush=True)
-        if args.stop_file and (step + 1) % args.stop_every == 0 and stop_requested(args.stop_file):
+        if args.stop_file and (step + 1) % args.stop_every == 0 and stop_requested(args.stop_file, device):
             if rank == 0:
                 print(f"stopping after step {step + 1}: {args.stop_file} exists", flush=True)
             break
@@ -226,9 +236,9 @@ def main():
     leave(0 if identical else 3)
 
 
-def stop_requested(path):
+def stop_requested(path, device):
     """True on every rank when any rank sees `path` (one all-reduce: the ranks stop at the same step)."""
-    flag = torch.tensor([1 if os.path.exists(path) else 0])
+    flag = torch.tensor([1 if os.path.exists(path) else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
 

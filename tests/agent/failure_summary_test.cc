@@ -6,6 +6,7 @@
 #include "agent/observe/failure_summary.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <ctime>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/process/worker_launch.h"  // signal_name
 #include "catch_compat.h"
 #include "temp_dir.h"
 
@@ -151,6 +153,21 @@ TEST_CASE("python_signal_name: Python's signal.Signals names on Linux, <N/A> whe
   CHECK(python_signal_name(37) == "<N/A>");
   CHECK(python_signal_name(64) == "SIGRTMAX");
   CHECK(python_signal_name(0) == "<N/A>");
+}
+
+TEST_CASE("signal_name: glibc's sigabbrev_np names with SIG, the number where it has none") {
+  CHECK(signal_name(9) == "SIGKILL");
+  CHECK(signal_name(15) == "SIGTERM");
+  CHECK(signal_name(0) == "0");
+  CHECK(signal_name(40) == "40");
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+  // The table stands in for sigabbrev_np (glibc 2.32) in the release, built for glibc 2.31: the same names.
+  for (int sig = 0; sig <= 64; ++sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    CAPTURE(sig);
+    CHECK(signal_name(sig) == (abbrev ? "SIG" + std::string(abbrev) : std::to_string(sig)));
+  }
+#endif
 }
 
 TEST_CASE("format_failure_summary: torch 2.6's text for an exit code without an error file") {
@@ -342,6 +359,17 @@ TEST_CASE("format_failure_summary: ddprun's details come after torch's block") {
           "  stacks    :\n"
           "    rank 2: main (t.py:3)\n"
           "    ranks 0,1: wait (t.py:9)\n");
+  }
+  SECTION("the NCCL flight recorder's dump a rank left is named, before its stderr tail") {
+    WorkerFailure f = exited(0, 0, 700, 0, 6, kT0);
+    f.nccl_trace = "/logs/run/attempt_0/0/nccl_trace_rank_0";
+    f.traceback = "Watchdog caught collective operation timeout\n";
+    CHECK(format_failure_summary({f}, "t.py", kHost)
+              .ends_with(
+                  "=\nddprun: more on these failures:\n[0]: rank 0 (local_rank: 0)\n"
+                  "  nccl trace: /logs/run/attempt_0/0/nccl_trace_rank_0 (torch's NCCL flight recorder)\n"
+                  "  stderr    : (its last lines)\n"
+                  "    Watchdog caught collective operation timeout\n"));
   }
   SECTION("an error file's message is in its traceback already; a note in front of it is not") {
     TempDir dir;

@@ -133,9 +133,12 @@ TEST_CASE("worker_launches: hang detection and torch's FileTimer add their varia
   CHECK(hang.at("PYTHONPATH") == "/logs/job_x/python_hooks:/site");
   CHECK(hang.at("DDPRUN_STACK_SIGNAL") == std::to_string(SIGRTMIN + 3));
   CHECK(hang.at("TORCH_NCCL_TRACE_BUFFER_SIZE") == "50");
+  CHECK_FALSE(hang.count("TORCH_FR_BUFFER_SIZE"));  // torch >= 2.8 would take it over the user's
   CHECK(hang.at("TORCH_NCCL_DUMP_ON_TIMEOUT") == "1");
-  CHECK(hang.at("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == "/logs/job_x/attempt_2/1/nccl_trace_rank_");
-  CHECK(hang.at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/logs/job_x/attempt_2/1/nccl_trace_pipe_rank_");
+  for (const char* name : {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+    CHECK(hang.at(name) == "/logs/job_x/attempt_2/1/nccl_trace_rank_");
+  for (const char* name : {"TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"})
+    CHECK(hang.at(name) == "/logs/job_x/attempt_2/1/nccl_trace_pipe_rank_");
   CHECK_FALSE(hang.count("TORCHELASTIC_TIMER_FILE"));
 
   c.supervision.hang_timeout = std::chrono::seconds(0);

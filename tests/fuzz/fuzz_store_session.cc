@@ -15,13 +15,15 @@
 //     0xF2/0xF3: the server writes session 0/1's output (output() is cleared);
 //     other: ignored.
 // Session 1 is a stranger to a store with a secret (StoreSession's admission: a deterministic StoreAuth whose
-// proof is role[0] + the nonces' first 4 bytes, so the fuzzer can learn to pass AUTH; its address is not the
-// job's): until it proved the secret, its requests must change no key.
-// Properties (abort on violation; ASan/UBSan catch the rest):
+// proof is role[0] + the nonces' first 4 bytes, so the fuzzer can learn to pass AUTH, as an agent or as an
+// observer; its address is not the job's): until it proved the secret as an agent, its requests must change
+// no key. The sharing world's auth blocks (StoreAuth::blocks(): its AUTH steps go through take_auth_step()
+// and finish_auth(), as the server runs MUNGE's off its thread), the copying world's runs inline: the same
+// bytes. Properties (abort on violation; ASan/UBSan catch the rest):
 //   - the sessions' pending waits always add up to the state's pending_waits();
 //   - stored_bytes() never underflows (it stays below a bound derived from the input size);
 //   - a session never leaves unconsumed bytes that form a whole request;
-//   - session 1's chunks change no key (count or bytes) while it has not proved the secret;
+//   - session 1's chunks change no key (count or bytes) while it has not proved the secret as an agent;
 //   - both worlds give the same reply bytes and drop a client at the same moment;
 //   - the ledger counts exactly the distinct buffers the sharing world's queues reference;
 //   - once every session is destroyed, the state has no pending wait and no watch left, and the ledger is
@@ -59,19 +61,24 @@ using ddprun::rdzv::WireLimits;
 // Deterministic and learnable: the fuzzer only has to copy bytes to pass AUTH.
 class FuzzAuth final : public ddprun::rdzv::StoreAuth {
  public:
-  std::string nonce() const override { return std::string(kNonceBytes, 'N'); }
+  explicit FuzzAuth(bool blocking) : blocking_(blocking) {}
+  bool blocks() const noexcept override { return blocking_; }
+  std::string nonce() const noexcept override { return std::string(kNonceBytes, 'N'); }
   std::string proof(std::string_view role, std::string_view client_nonce,
                     std::string_view store_nonce) const override {
     return std::string(role.substr(0, 1)) + std::string(client_nonce.substr(0, 4)) +
            std::string(store_nonce.substr(0, 4));
   }
   bool verify(std::string_view role, std::string_view client_nonce, std::string_view store_nonce,
-              std::string_view given, std::string& why) const override {
+              std::string_view given, std::string& why) const noexcept override {
     if (given == proof(role, client_nonce, store_nonce)) return true;
     why = "a wrong proof";
     return false;
   }
   std::string what() const override { return "the fuzzer's proof"; }
+
+ private:
+  bool blocking_;
 };
 
 void check(bool ok, const char* what) {
@@ -92,8 +99,8 @@ struct Client {
 // One store and its two connections. `share_at` SIZE_MAX: every value copied into the replies.
 class World {
  public:
-  World(const WireLimits& limits, size_t max_output, size_t share_at, uint8_t config)
-      : limits_(limits), max_output_(max_output), share_at_(share_at) {
+  World(const WireLimits& limits, size_t max_output, size_t share_at, uint8_t config, bool blocking_auth)
+      : limits_(limits), max_output_(max_output), share_at_(share_at), blocking_auth_(blocking_auth) {
     for (int i = 0; i < 2; ++i) {
       uint8_t d = (config >> (2 * i)) & 3;
       if (d != 3) clients_[i].dialect = static_cast<Dialect>(d);
@@ -112,12 +119,23 @@ class World {
   bool feed(int i, std::span<const uint8_t> chunk) {
     Client& c = clients_[i];
     c.pending.insert(c.pending.end(), chunk.begin(), chunk.end());
-    const bool stranger = i == 1 && !c.session->authenticated();
+    const bool stranger = i == 1 && !c.session->agent();
     const int64_t keys_before = state_.num_keys();
     const size_t bytes_before = state_.stored_bytes();
     auto result = c.session->consume(c.pending, max_output_);
+    // A blocking AUTH step: run it (here, at once) and give its outcome back, then the bytes after it.
+    while (result.error.empty() && result.auth_pending) {
+      check(result.consumed <= c.pending.size(), "consumed more than given");
+      auto done = c.session->finish_auth(c.session->take_auth_step().run());
+      if (!done.error.empty()) {
+        result = done;
+        break;
+      }
+      c.pending.erase(c.pending.begin(), c.pending.begin() + static_cast<ptrdiff_t>(result.consumed));
+      result = c.session->consume(c.pending, max_output_);
+    }
     check(result.consumed <= c.pending.size(), "consumed more than given");
-    if (stranger && !c.session->authenticated()) {
+    if (stranger && !c.session->agent()) {
       check(state_.num_keys() == keys_before && state_.stored_bytes() == bytes_before,
             "a client that did not prove the secret changed the store");
     }
@@ -179,13 +197,15 @@ class World {
     c.session = std::make_unique<StoreSession>(
         state_, limits_, c.dialect, [&c] { ++c.async_outputs; }, &ledger_, share_at_);
     if (i == 1) {
-      c.session->set_admission({.auth = std::make_shared<FuzzAuth>(), .peer_admitted = [] { return false; }});
+      c.session->set_admission(
+          {.auth = std::make_shared<FuzzAuth>(blocking_auth_), .peer_admitted = [] { return false; }});
     }
   }
 
   WireLimits limits_;
   size_t max_output_;
   size_t share_at_;
+  bool blocking_auth_;
   SharedBytes ledger_;   // declared before the state and the clients: the queues release into it last
   KeyValueState state_;  // declared before the clients: the sessions must end first
   Client clients_[2];
@@ -195,8 +215,8 @@ class Harness {
  public:
   explicit Harness(uint8_t config)
       : limits_(limits_for(config)),
-        sharing_(limits_, max_output(config), size_t{1} + 8 * (config >> 6), config),
-        copying_(limits_, max_output(config), SIZE_MAX, config) {}
+        sharing_(limits_, max_output(config), size_t{1} + 8 * (config >> 6), config, /*blocking_auth=*/true),
+        copying_(limits_, max_output(config), SIZE_MAX, config, /*blocking_auth=*/false) {}
 
   void feed(int i, std::span<const uint8_t> chunk) {
     const bool a = sharing_.feed(i, chunk), b = copying_.feed(i, chunk);

@@ -246,6 +246,7 @@ TEST_CASE("help and version exit 0 with text", "[launcher][cli]") {
   CHECK(v.result.exit_code == 0);
   CHECK(v.result.should_exit);
   CHECK_THAT(v.result.message, Catch::StartsWith("ddprun "));
+  CHECK_THAT(v.result.message, Catch::Contains(" (commit "));  // launcher/version.h: the build's commit
 }
 
 TEST_CASE("visible CUDA devices follow CUDA_VISIBLE_DEVICES like the CUDA runtime", "[launcher][cli]") {
@@ -300,6 +301,33 @@ TEST_CASE("ddprun-launch: --local-rank=N before the script's arguments unless --
   // ddprun itself knows neither flag (torchrun does not).
   CHECK(parse({"--use_env", "t.py"}).result.exit_code == 2);
   CHECK(parse({"t.py"}).config.local_rank_arg.empty());
+}
+
+TEST_CASE("invoked as torchrun (a link to ddprun, first on PATH), ddprun is ddprun", "[launcher][cli]") {
+  // Kubeflow Trainer v2's torch runtime runs the literal `torchrun` with PET_* variables
+  // (docs/kubernetes.md).
+  const Env pet{{"PET_NNODES", "2"},
+                {"PET_NPROC_PER_NODE", "3"},
+                {"PET_NODE_RANK", "1"},
+                {"PET_MASTER_ADDR", "train-node-0-0.train"},
+                {"PET_MASTER_PORT", "29500"}};
+  Outcome as_torchrun;
+  as_torchrun.result = parse_launch_config(
+      {"/usr/local/bin/torchrun", "--python", "py", "t.py", "a"}, pet, [] { return 0; }, as_torchrun.config);
+  const Outcome as_ddprun = parse({"--python", "py", "t.py", "a"}, pet);
+  REQUIRE_FALSE(as_torchrun.result.should_exit);
+  CHECK(as_torchrun.result.message == as_ddprun.result.message);
+  const LaunchConfig& c = as_torchrun.config;
+  CHECK(c.min_nodes == 2);
+  CHECK(c.nproc_per_node == 3);
+  CHECK(c.node_rank == 1);
+  CHECK(c.rdzv_endpoint == ddprun::rdzv::Endpoint{"train-node-0-0.train", 29500});
+  CHECK(c.local_rank_arg.empty());  // not ddprun-launch: no --local-rank=N for the script
+  CHECK(c.worker_argv(2) == as_ddprun.config.worker_argv(2));
+  Outcome version;
+  version.result = parse_launch_config(
+      {"torchrun", "--version"}, {}, [] { return 0; }, version.config);
+  CHECK_THAT(version.result.message, Catch::StartsWith("ddprun "));
 }
 
 TEST_CASE("rdzv_endpoint: c10d takes a list tried in order; rdzv_conf failover", "[launcher][cli]") {

@@ -1,6 +1,8 @@
 // ddprun-store (launcher/store_main.cc, default flags) as a process of its own under issue 26's two
 // hostile-reader attacks, at full size: 100 watchers that never read while one key is SET five times to 2 MiB
-// values, and 1000 clients that GET one 8 MiB value and read it slowly. What is checked is what a node
+// values, and 1000 clients that GET one 8 MiB value and read it slowly; and, with --secret-file and
+// --max-connections 30 (issue 43), floods of connections that send VALIDATE or PING and nothing more, from a
+// stranger's address and from the store's own host, while a new agent joins. What is checked is what a node
 // running the store beside its training processes cares about: the store's RSS (read from /proc, the kernel's
 // peak, VmHWM) grows by less than 64 MiB (1.2 GB and 1 GB when every reply was its own copy), a fresh client
 // is answered while the attackers hold their connections, and every attacker is sent what it is owed (the
@@ -8,8 +10,10 @@
 // scripts/bench-store.sh measures the fresh client's round trip during the same attacks.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,6 +21,7 @@
 
 #include "catch_compat.h"
 #include "child_processes.h"
+#include "rendezvous/auth/hmac_auth.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/wire_codec.h"
 #include "tests/rendezvous/store/hostile_fixture.h"
@@ -32,9 +37,11 @@ constexpr int64_t kGrowthLimitKb = 64 * 1024;  // issue 26's goal for both attac
 // destructor.
 class StoreProcess {
  public:
-  StoreProcess() {
-    child_ = ddprun::testing::spawn_child(
-        {DDPRUN_STORE_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {});
+  explicit StoreProcess(const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv{DDPRUN_STORE_BIN, "--host", "127.0.0.1", "--port", "0",
+                                  "--log-level",    "warn"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    child_ = ddprun::testing::spawn_child(argv, {});
     const auto deadline = Clock::now() + 30s;
     const std::string marker = "listening on 127.0.0.1:";
     std::string out;
@@ -173,4 +180,79 @@ TEST_CASE("ddprun-store: 1000 clients GET one 8 MiB value and read it slowly",
     REQUIRE((got == blob));
   }
   require_fresh_client_served(store.port(), 2);
+}
+
+namespace {
+
+const std::string kSecret = "the flood test's job secret 0123456789";
+
+// A secret file of mode 600 in a directory of its own, removed with it.
+struct SecretFile {
+  SecretFile() {
+    char name[] = "/tmp/ddprun-flood-XXXXXX";
+    REQUIRE(::mkdtemp(name) != nullptr);
+    dir = name;
+    path = dir + "/job.secret";
+    std::ofstream(path) << kSecret << "\n";
+    REQUIRE(::chmod(path.c_str(), 0600) == 0);
+  }
+  ~SecretFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string dir, path;
+};
+
+// `n` connections from `source` that each send VALIDATE, every other one a PING after it, and nothing more.
+std::vector<std::unique_ptr<RawSocket>> handshake_flood(uint16_t port, int n, const char* source) {
+  std::vector<std::unique_ptr<RawSocket>> flood;
+  const std::string ping = encoded(Dialect::kModern, Request{.op = Op::kPing, .number = 1});
+  for (int i = 0; i < n; ++i) {
+    flood.push_back(std::make_unique<RawSocket>(port, 0, 0, source));
+    REQUIRE(flood.back()->send(modern_hello() + (i % 2 ? ping : "")));
+  }
+  return flood;
+}
+
+// A new agent joins: connects, proves the secret, writes and reads a job key.
+bool agent_joins(uint16_t port) {
+  try {
+    auto o = client_options(Dialect::kModern);
+    o.auth = std::make_shared<HmacAuth>(kSecret);
+    StoreClient agent("127.0.0.1", port, o);
+    agent.set("ddprun/job/r0/joined", "1");
+    return agent.get("ddprun/job/r0/joined") == "1";
+  } catch (const StoreError& e) {
+    UNSCOPED_INFO("the agent did not join: " << e.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ddprun-store --secret-file: a stranger's VALIDATE and PING flood at the limit: a new agent joins",
+          "[store][hostile][auth][integration]") {
+  SecretFile secret;
+  StoreProcess store({"--secret-file", secret.path, "--max-connections", "30"});
+  auto flood = handshake_flood(store.port(), 40, "127.0.0.2");  // a host that is not the job's
+  REQUIRE(flood.front()->wait_closed(30s));                     // pushed out by the later ones, at once
+  CHECK(agent_joins(store.port()));                             // takes a stranger's place at once
+  StoreClient worker("127.0.0.1", store.port(), patient(Dialect::kModern));  // the agent's host: admitted
+  worker.set("default_pg/0", "addr");
+  CHECK(worker.get("default_pg/0") == "addr");
+}
+
+TEST_CASE(
+    "ddprun-store --secret-file: a PING-only flood of max_connections from the store's host: a new agent "
+    "still joins",
+    "[store][hostile][auth][integration]") {
+  SecretFile secret;
+  StoreProcess store(
+      {"--secret-file", secret.path, "--max-connections", "30", "--handshake-timeout-ms", "500"});
+  auto flood =
+      handshake_flood(store.port(), 30, "127.0.0.1");  // admitted by address: no deadline of their own
+  REQUIRE(flood.back()->read(4, 30s).size() == 4);     // its PING answered: all 30 are in
+  // Each flood connection holds its slot only until it has sent nothing but VALIDATE and PING for the
+  // handshake timeout; then a newcomer takes its place (it was refused for good before).
+  CHECK(ddprun::testing::eventually([&] { return agent_joins(store.port()); }, 60s));
 }

@@ -165,8 +165,9 @@ std::unique_ptr<Context> init(const InitOptions& options) {
   if (backend == Backend::kAuto) backend = nccl_available() ? Backend::kNccl : Backend::kCpu;
   ProcessGroupOptions pgo = pg_options_from_env(options.timeout);
   if (backend == Backend::kNccl) {
-    // NCCL hook: one device per local rank (the NCCL backend validates the device index).
-    ctx->pg_ = make_nccl_process_group(*ctx->store_, "default_pg", rank, world, local_rank, pgo);
+    // NCCL hook: one device per local rank unless named (the NCCL backend validates the device index).
+    const int device = options.device >= 0 ? options.device : local_rank;
+    ctx->pg_ = make_nccl_process_group(*ctx->store_, "default_pg", rank, world, device, pgo);
   } else {
     ctx->pg_ = make_cpu_process_group(*ctx->store_, "default_pg", rank, world, pgo);
   }

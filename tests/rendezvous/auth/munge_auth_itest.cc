@@ -1,8 +1,10 @@
 // The store's handshake with MUNGE credentials (MungeAuth) against real munged daemons: each test case starts
-// private ones (their own key and socket, run as the munge user, as scripts/slurm-cluster.sh does), so the
-// host's munge is neither needed nor touched. Agents of one job are admitted; another job's agent, a node of
-// another cluster (another MUNGE key), another user's credential and a replayed credential are refused, and
-// the reason says which. Needs root (munged runs as the munge user) and munged (scripts/install-deps.sh).
+// private ones (private_munged.h), so the host's munge is neither needed nor touched. Agents of one job are
+// admitted; another job's agent, a node of another cluster (another MUNGE key), another user's credential and
+// a replayed credential are refused, and the reason says which. A munged that does not answer stalls no other
+// client of the store (its steps run off the store's thread); --rdzv_auth auto's agents follow the store's
+// host; a long --rdzv_id fits; libmunge missing is said. Needs root (munged runs as the munge user) and
+// munged (scripts/install-deps.sh).
 #include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,68 +17,19 @@
 #include <thread>
 
 #include "rendezvous/auth/munge_auth.h"
+#include "rendezvous/auth/munge_library.h"
 #include "rendezvous/store/hostile_fixture.h"
+#include "tests/rendezvous/auth/private_munged.h"
 
 using namespace ddprun::rdzv;
 using namespace ddprun::rdzv::hostile;
+using ddprun::testing::can_run_munged;
+using ddprun::testing::PrivateMunged;
 namespace fs = std::filesystem;
 
 namespace {
 
 const char* const kJob = "Slurm job 4242, run train";
-
-// A munged of its own in a fresh directory; stopped and removed by the destructor.
-class PrivateMunged {
- public:
-  PrivateMunged() {
-    char name[] = "/tmp/ddprun-munge-XXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    dir_ = name;
-    const passwd* munge = ::getpwnam("munge");
-    INFO("no munge user: install munge (scripts/install-deps.sh)");
-    REQUIRE(munge != nullptr);
-    {
-      std::ofstream key(dir_ / "munge.key", std::ios::binary);
-      std::random_device rd;
-      for (int i = 0; i < 1024; ++i) key.put(static_cast<char>(rd()));
-    }
-    for (const fs::path& p : {dir_, dir_ / "munge.key"})
-      REQUIRE(::chown(p.c_str(), munge->pw_uid, munge->pw_gid) == 0);
-    ::chmod(dir_.c_str(), 0755);  // every client reaches the socket
-    ::chmod((dir_ / "munge.key").c_str(), 0400);
-    const std::string d = dir_.string();
-    const std::string command =
-        "runuser -u munge -- munged --key-file=" + d + "/munge.key --socket=" + socket() +
-        " --pid-file=" + d + "/munged.pid --log-file=" + d + "/munged.log --seed-file=" + d + "/munged.seed";
-    INFO("munged did not start: see " << d << "/munged.log");
-    REQUIRE(std::system(command.c_str()) == 0);
-    REQUIRE(ddprun::testing::eventually([&] { return MungeAuth(socket(), kJob).check().empty(); }));
-  }
-  ~PrivateMunged() {
-    std::ifstream pid_file(dir_ / "munged.pid");
-    if (pid_t pid = 0; pid_file >> pid && pid > 0) {
-      ::kill(pid, SIGTERM);
-      for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(20ms);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  PrivateMunged(const PrivateMunged&) = delete;
-  PrivateMunged& operator=(const PrivateMunged&) = delete;
-
-  std::string socket() const { return (dir_ / "munge.socket").string(); }
-
- private:
-  fs::path dir_;
-};
-
-bool can_run_munged() {
-  if (::geteuid() != 0) {
-    WARN("skipped: munged must run as the munge user, which needs root");
-    return false;
-  }
-  return true;
-}
 
 StoreClientOptions with(std::shared_ptr<const StoreAuth> auth) {
   StoreClientOptions o = client_options(Dialect::kModern);
@@ -207,4 +160,129 @@ TEST_CASE("munge auth: the socket from slurm.conf's AuthInfo", "[store][auth][mu
   CHECK(slurm_munge_socket(dir / "b.conf").empty());
   CHECK(slurm_munge_socket(dir / "missing.conf").empty());
   fs::remove_all(dir);
+}
+
+namespace {
+
+std::string phase1_request() {
+  return modern_hello() +
+         encoded(Dialect::kModern, Request{.op = Op::kAuth, .values = {std::string(32, 'c')}, .number = 1});
+}
+
+}  // namespace
+
+TEST_CASE("munge auth: a munged that does not answer stalls no other client of the store",
+          "[store][auth][munge]") {
+  if (!can_run_munged()) return;
+  PrivateMunged munged;
+  StoreServerThread server(StoreServerOptions{.auth = std::make_shared<MungeAuth>(munged.socket(), kJob)});
+  {
+    StoreClient worker("127.0.0.1", server.port(), client_options(Dialect::kModern));
+    worker.set("default_pg/0", "addr");
+  }
+  munged.freeze();  // as an overloaded munged: every credential waits
+  RawSocket waiting(server.port(), 0, 0, "127.0.0.2");
+  REQUIRE(waiting.send(phase1_request()));  // the store must make its proof: munged does not answer
+  // Meanwhile the job's heartbeats and WAITs (here a worker's requests) are served. With the proof made on
+  // the store's thread they waited for libmunge's timeouts (the test's 3 s deadline is a bound, not a
+  // measure).
+  auto patient = client_options(Dialect::kModern);
+  patient.connect_timeout = patient.timeout = 3s;
+  StoreClient worker("127.0.0.1", server.port(), patient);
+  for (int i = 0; i < 20; ++i) CHECK(worker.get("default_pg/0") == "addr");
+  munged.thaw();
+  const std::string head = waiting.read(8, 60s);  // the store's nonce's length: the proof was made after all
+  CHECK(head == u64_bytes(StoreAuth::kNonceBytes));
+  StoreClient agent("127.0.0.1", server.port(), with(std::make_shared<MungeAuth>(munged.socket(), kJob)));
+  agent.set("ddprun/job/k", "v");
+  CHECK(agent.get("ddprun/job/k") == "v");
+}
+
+TEST_CASE("munge auth: when the queue of authentications is full, a handshake is refused",
+          "[store][auth][munge]") {
+  if (!can_run_munged()) return;
+  PrivateMunged munged;
+  StoreServerThread server(StoreServerOptions{
+      .auth = std::make_shared<MungeAuth>(munged.socket(), kJob), .auth_threads = 1, .auth_queue = 1});
+  munged.freeze();
+  std::vector<std::unique_ptr<RawSocket>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<RawSocket>(server.port(), 0, 0, "127.0.0.2"));
+    REQUIRE(clients.back()->send(phase1_request()));
+  }
+  // One step runs (munged frozen), one waits: the third, or the second, is refused at once.
+  REQUIRE(eventually([&] { return server.stats().handshakes_dropped >= 1; }));
+  munged.thaw();
+  int answered = 0, refused = 0;
+  for (auto& c : clients) {
+    const std::string head = c->read(8, 30s);
+    (head == u64_bytes(StoreAuth::kNonceBytes) ? answered : refused) += 1;
+  }
+  CHECK(answered >= 1);
+  CHECK(refused >= 1);
+  CHECK(answered + refused == 3);
+  CHECK(server.stats().handshakes_dropped == static_cast<uint64_t>(refused));
+}
+
+TEST_CASE("munge auth: a long --rdzv_id fits the proof (the job is bound by its digest)",
+          "[store][auth][munge]") {
+  if (!can_run_munged()) return;
+  PrivateMunged munged;
+  const std::string job = "Slurm job 4242, run " + std::string(8000, 'r');  // a long --rdzv_id
+  StoreServerThread server(StoreServerOptions{.auth = std::make_shared<MungeAuth>(munged.socket(), job)});
+  StoreClient agent("127.0.0.1", server.port(), with(std::make_shared<MungeAuth>(munged.socket(), job)));
+  agent.set("ddprun/job/k", "v");
+  CHECK(agent.get("ddprun/job/k") == "v");
+  const MungeAuth auth(munged.socket(), job);
+  CHECK(auth.proof("store", auth.nonce(), auth.nonce()).size() < StoreAuth::kMaxProofBytes / 4);
+  CHECK_THROWS_WITH(
+      StoreClient("127.0.0.1", server.port(), with(std::make_shared<MungeAuth>(munged.socket(), job + "x"))),
+      Catch::Contains("made for another job"));
+}
+
+TEST_CASE("munge auth: under --rdzv_auth auto the agents follow the store's host", "[store][auth][munge]") {
+  if (!can_run_munged()) return;
+  PrivateMunged munged;
+  using Use = MungeAuth::Use;
+  const std::string dead = "/nonexistent/munge.socket";
+  SECTION("the store's host's munged failed: its store is open, and an agent whose munged works joins it") {
+    StoreServerThread server(
+        StoreServerOptions{.auth = std::make_shared<MungeAuth>(dead, kJob, Use::kFollowUnchecked)});
+    StoreClient agent("127.0.0.1", server.port(),
+                      with(std::make_shared<MungeAuth>(munged.socket(), kJob, Use::kFollow)));
+    agent.set("ddprun/job/k", "v");
+    CHECK(agent.get("ddprun/job/k") == "v");
+    // --rdzv_auth munge insists: an open store is refused.
+    CHECK_THROWS_WITH(StoreClient("127.0.0.1", server.port(),
+                                  with(std::make_shared<MungeAuth>(munged.socket(), kJob, Use::kRequired))),
+                      Catch::Contains("is open but this agent proves"));
+  }
+  SECTION("the store requires MUNGE: a node whose munged failed at its start checks it again, and proves") {
+    StoreServerThread server(
+        StoreServerOptions{.auth = std::make_shared<MungeAuth>(munged.socket(), kJob, Use::kFollow)});
+    StoreClient agent("127.0.0.1", server.port(),
+                      with(std::make_shared<MungeAuth>(munged.socket(), kJob, Use::kFollowUnchecked)));
+    agent.set("ddprun/job/k", "v");
+    CHECK(agent.get("ddprun/job/k") == "v");
+  }
+  SECTION("the store requires MUNGE and this node's munged stays silent: one clear message") {
+    StoreServerThread server(
+        StoreServerOptions{.auth = std::make_shared<MungeAuth>(munged.socket(), kJob, Use::kFollow)});
+    CHECK_THROWS_WITH(
+        StoreClient("127.0.0.1", server.port(),
+                    with(std::make_shared<MungeAuth>(dead, kJob, Use::kFollowUnchecked, 1200ms))),
+        Catch::Contains("requires a MUNGE credential") && Catch::Contains("its host decided so") &&
+            Catch::Contains(dead) && Catch::Contains("checked") &&
+            Catch::Contains("start munged on this node"));
+  }
+}
+
+TEST_CASE("munge auth: libmunge that cannot be loaded is said, with what to do", "[store][auth][munge]") {
+  std::string why;
+  CHECK_FALSE(load_munge_library("libmunge-that-is-not-there.so.2", why));
+  CHECK_THAT(why, Catch::Contains("libmunge cannot be loaded") &&
+                      Catch::Contains("libmunge-that-is-not-there.so.2") &&
+                      Catch::Contains("--rdzv_secret_file"));
+  CHECK_FALSE(load_munge_library("libc.so.6", why));  // a library, but not libmunge
+  CHECK_THAT(why, Catch::Contains("is not libmunge") && Catch::Contains("munge_encode"));
 }

@@ -70,6 +70,23 @@ TEST_CASE("connection-bound keys go with the owner that last set them", "[key_va
   CHECK(s.num_keys() == 0);
 }
 
+TEST_CASE("the release hook is told only the keys a closed connection removed", "[key_value_state]") {
+  KeyValueState s;
+  std::vector<std::string> released;
+  s.set_release_hook([&](const std::string& key) { released.push_back(key); });
+  s.set("/ddprun/job/live/a", "1");
+  s.bind_to_owner("/ddprun/job/live/a", 1);
+  s.set("/ddprun/job/live/b", "1");
+  s.bind_to_owner("/ddprun/job/live/b", 1);
+  CHECK(s.remove("/ddprun/job/live/b"));  // another client deleted it while its owner was connected
+  s.release_owner(1);
+  CHECK(released == std::vector<std::string>{"/ddprun/job/live/a"});  // not b: it was gone already
+  released.clear();
+  s.release_owner(1);  // nothing left to release
+  s.release_owner(7);  // an owner that never owned anything
+  CHECK(released.empty());
+}
+
 TEST_CASE("compare_set follows TCPStore", "[key_value_state]") {
   KeyValueState s;
   SECTION("missing key, empty expected: stores desired and returns it") {

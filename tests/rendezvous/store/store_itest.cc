@@ -16,6 +16,7 @@
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/store/store_client.h"
 #include "rendezvous/store/store_error.h"
+#include "rendezvous/store/store_probe.h"
 #include "rendezvous/store/store_server.h"
 
 namespace ddprun::rdzv {
@@ -424,6 +425,26 @@ TEST_CASE("Queues and ping", "[store][integration]") {
   REQUIRE_THROWS_AS(legacy.queue_push("q", "x"), InvalidArgumentError);
   REQUIRE_THROWS_AS(legacy.queue_len("q"), InvalidArgumentError);
   REQUIRE_THROWS_AS(legacy.ping(), InvalidArgumentError);
+}
+
+TEST_CASE("probe_store: a store that answers is a client; a port nobody listens on is null, with why",
+          "[store][integration]") {
+  const auto o = probe_options(2s, 2s, nullptr);
+  uint16_t gone = 0;
+  {
+    StoreServerThread server(loopback_server());
+    gone = server.port();
+    auto client = probe_store({"127.0.0.1", server.port()}, o);
+    REQUIRE(client);
+    client->set("k", "v");
+    CHECK(client->get("k") == "v");
+  }
+  std::string why;
+  CHECK_FALSE(probe_store({"127.0.0.1", gone}, probe_options(300ms, 300ms, nullptr), &why));
+  CHECK_THAT(why, Catch::Contains("127.0.0.1:" + std::to_string(gone)));
+  // A probe never retries its connection long enough for the client to log it.
+  CHECK(probe_options(60s, 60s, nullptr, true).connect_timeout == kMaxProbeConnectTimeout);
+  CHECK(probe_options(60s, 60s, nullptr, true).observer);
 }
 
 }  // namespace ddprun::rdzv

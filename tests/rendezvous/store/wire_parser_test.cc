@@ -262,6 +262,26 @@ TEST_CASE("limits are enforced from declared sizes, before the payload arrives",
   }
 }
 
+TEST_CASE("AUTH's value is refused past a few KiB on its length field, whatever the value limit",
+          "[wire_codec]") {
+  const WireLimits limits;  // the defaults: values of 64 MiB, AUTH values of 4 KiB
+  Dialect d = GENERATE(Dialect::kLegacy, Dialect::kMid2023, Dialect::kModern);
+  INFO(dialect_name(d));
+  const std::string auth_byte(1, static_cast<char>(*op_to_byte(d, Op::kAuth)));
+  Request out;
+  const std::string proof(limits.max_auth_bytes, 'p');  // a proof at the limit is read
+  ParseResult r = parse_forced(d, auth_byte + u32_le(2) + u64_le(proof.size()) + proof, out, limits);
+  REQUIRE(r.status == ParseStatus::kDone);
+  CHECK(out.values == std::vector<std::string>{proof});
+  // One byte more, or a megabyte, is refused with only the length sent: nothing of it is buffered.
+  for (uint64_t length : {uint64_t{limits.max_auth_bytes} + 1, uint64_t{1} << 20}) {
+    CAPTURE(length);
+    r = parse_forced(d, auth_byte + u32_le(1) + u64_le(length), out, limits);
+    REQUIRE(r.status == ParseStatus::kError);
+    CHECK_THAT(r.error, Contains("AUTH value length " + std::to_string(length)) && Contains("limit of 4096"));
+  }
+}
+
 TEST_CASE("MULTI_SET with a negative count is refused", "[wire_codec]") {
   Dialect d = GENERATE(Dialect::kMid2023, Dialect::kModern);
   INFO(dialect_name(d));

@@ -45,6 +45,12 @@ inline std::string u64_le(uint64_t v) {
   return out;
 }
 
+inline std::string u32_le(uint32_t v) {
+  std::string out;
+  WireWriter(out).u32(v);
+  return out;
+}
+
 // A representative request of every op, with every field filled (non-trivial values, odd bytes).
 inline Request sample(Op op) {
   Request r;

@@ -34,6 +34,9 @@ enum class Backend { kAuto, kCpu, kNccl };  // kAuto: NCCL when built with it an
 struct InitOptions {
   Backend backend = Backend::kAuto;
   std::chrono::milliseconds timeout{300000};  // store connection and every collective
+  // The NCCL backend's CUDA device: -1 = LOCAL_RANK (one GPU per local rank). Several ranks on one GPU
+  // (tests, benchmarks on a one-GPU machine) name it and set a distinct NCCL_HOSTID each.
+  int device = -1;
 };
 
 class Context {
