@@ -15,6 +15,11 @@
 # file /etc/netns/ddprun-hI/hosts, which `ip netns exec` mounts over /etc/hosts) lists them, and `exec` on
 # host I sets its host name to its name; `down` (or `up`, for hosts it removes) deletes those files.
 #
+# Host sets: DDPRUN_TEST_HOSTS=S (1..9; default 0, the layout above) makes and uses another set of hosts that
+# shares nothing with the others - namespaces ddprun-sShI, bridge ddprun-sSbr with 10.99.S.254/24, veths
+# ddprun-sSvI, host I at 10.99.S.I - so that two users (two test modules) can each have hosts at once. The
+# hosts' own names are ddprun-hI in every set. `down` removes its own set only.
+#
 # `exec` runs CMD through `ip netns exec` (which remounts /sys; fine for plain processes - a Slurm daemon
 # needs nsenter instead) and `unshare --uts`, so gethostname() returns ddprun-hI on host I. It exports
 # GLOO_SOCKET_IFNAME=eth0 unless set: gloo otherwise picks its interface by resolving the host name. CMD keeps
@@ -28,10 +33,17 @@
 # tears down what it created. Exit codes: 0 ok, 1 failure, 2 usage, 77 not root / no netns support.
 set -Eeuo pipefail
 
-readonly PREFIX=ddprun-h
-readonly BRIDGE=ddprun-br0
-readonly VETH_PREFIX=ddprun-v
-readonly SUBNET=10.99.0
+readonly SET=${DDPRUN_TEST_HOSTS:-0}
+if ! [[ $SET =~ ^[0-9]$ ]]; then
+  echo "test-cluster: DDPRUN_TEST_HOSTS must be a host set 0..9 (got '$SET')" >&2
+  exit 2
+fi
+if ((SET == 0)); then
+  readonly PREFIX=ddprun-h BRIDGE=ddprun-br0 VETH_PREFIX=ddprun-v
+else
+  readonly PREFIX=ddprun-s${SET}h BRIDGE=ddprun-s${SET}br VETH_PREFIX=ddprun-s${SET}v
+fi
+readonly SUBNET=10.99.$SET
 readonly BRIDGE_ADDR=$SUBNET.254/24
 readonly MAX_HOSTS=200  # 10.99.0.1 .. 10.99.0.200; .201-.253 stay free for "nobody there" tests
 
@@ -138,7 +150,7 @@ cmd_exec() {
   [[ $# -gt 0 ]] || usage
   hosts | grep -x "$i" >/dev/null || die "exec: host $i does not exist (run: $0 up N)"
   export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-eth0}
-  local name=$PREFIX$i
+  local name=ddprun-h$i
   [[ -s /etc/netns/$PREFIX$i/hostname ]] && name=$(<"/etc/netns/$PREFIX$i/hostname")
   # shellcheck disable=SC2016  # $0 and $@ belong to the inner shell
   exec ip netns exec "$PREFIX$i" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$name" "$@"

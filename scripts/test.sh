@@ -71,7 +71,12 @@ done
   exit 2
 }
 
+# Each phase's start, and at the end how long each took (the figures docs/testing.md records).
+phases=()
+phase_name="" phase_started=$SECONDS
 phase() {
+  [[ -n $phase_name ]] && phases+=("$phase_name: $((SECONDS - phase_started)) s")
+  phase_name=$1 phase_started=$SECONDS
   echo "test.sh: [$(date +%T)] $*"
 }
 started=$SECONDS
@@ -136,3 +141,4 @@ if [[ $tier == full && ${DDPRUN_SKIP_RELEASE:-0} != 1 ]]; then
   scripts/release.sh ci
 fi
 phase "done in $((SECONDS - started)) s"
+printf 'test.sh: %s\n' "${phases[@]}"

@@ -13,7 +13,9 @@
 # Preemption and time limit: 2 minutes before the limit Slurm sends SIGUSR1 to the job step (--signal); ddprun
 # forwards it to the workers (save a checkpoint there), stops them after --shutdown_timeout and exits 75 -
 # "interrupted by Slurm, incomplete". The script then requeues the job, which resumes from the checkpoint.
-# scancel (SIGTERM) also ends ddprun with 75, but the batch shell gets SIGTERM too and does not requeue.
+# scancel (SIGTERM) also ends ddprun with 75, but the batch shell gets SIGTERM too and does not requeue; as
+# Slurm signals the shell and the step's tasks in no fixed order (srun may return first), the script also asks
+# Slurm whether the job still runs: scancel marks it cancelled at once.
 #SBATCH --job-name=ddprun-static
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
@@ -33,7 +35,7 @@ trap 'cancelled=1' TERM  # scancel: runs once srun has returned
 # shellcheck disable=SC2086  # DDPRUN_ARGS is a list of flags
 srun --ntasks-per-node=1 "$DDPRUN" --nproc_per_node="$NPROC_PER_NODE" ${DDPRUN_ARGS:-} "$TRAIN" "$@"
 rc=$?
-if ((rc == 75 && !cancelled)); then
+if ((rc == 75 && !cancelled)) && scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -q "JobState=RUNNING"; then
   echo "sbatch-static: ddprun was interrupted by Slurm (exit 75): requeueing job $SLURM_JOB_ID" >&2
   scontrol requeue "$SLURM_JOB_ID"
 fi

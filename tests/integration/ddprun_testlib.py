@@ -20,16 +20,20 @@ modules for ctest.
 import fcntl
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import unittest
 import uuid
+
+import host_set
 
 # The interpreter of the PyTorch workers: the host's torch 1.13 by default; ctest runs every PyTorch-facing
 # module a second time with DDPRUN_IT_PYTHON=scripts/torch26-python (torch 2.6 in a Debian 13 root).
@@ -42,6 +46,10 @@ EXPECTED_TORCH = os.environ.get("DDPRUN_IT_TORCH") or None
 REQUIRE_ALL_SUITES = os.environ.get("DDPRUN_REQUIRE_ALL_SUITES", "0") == "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_WORKER = os.path.join(HERE, "rank_worker.py")
+# The light worker: ddp_train.py's options and outputs without torch (light_train.py), run by HOST_PYTHON with
+# WITHOUT_TORCH first on its PYTHONPATH (so that --prestart's standbys do not import torch either).
+LIGHT_TRAIN = os.path.join(HERE, "light_train.py")
+WITHOUT_TORCH = os.path.join(HERE, "without_torch")
 AGENT_LOG_LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] ddprun")  # ddprun's own log lines (spdlog)
 
 
@@ -58,8 +66,33 @@ FAKE_WORKER = _required_path("FAKE_WORKER")
 REPO = _required_path("REPO")
 
 
+def _ephemeral_ports():
+    """The kernel's ephemeral port range (ip_local_port_range): where every outgoing connection's local port
+    comes from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, chosen at random outside the kernel's ephemeral
+    range (and off torch's defaults 29400 and 29500): a port from bind(0) is an ephemeral one, which any outgoing
+    connection on this busy machine may take before the test's ddprun binds it (seen: a c10d endpoint "in use"
+    by another process's connection that refused, 2026-11-28). Falls back to bind(0) when no random pick binds."""
+    low, high = _ephemeral_ports()
+    for _ in range(100):
+        port = random.randint(10000, 28999)
+        if low <= port <= high:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -78,6 +111,37 @@ def wait_until(predicate, timeout, what, describe=lambda: "", interval=0.02):
         time.sleep(interval)
 
 
+def torch_subject(test):
+    """Marks a test method or class whose subject is torch itself, or how the launcher meets real torch workers:
+    it runs with real PyTorch workers (scripts/examples/ddp_train.py and the like) and with every torch version
+    (the .torch26 variant of a module runs only the tests marked so: run_itest.py). An unmarked test runs once,
+    with the host's torch, and the netns helpers give it the light worker (light_train.py). docs/testing.md
+    ("Which worker") says which tests are marked and why."""
+    test.torch_subject = True
+    return test
+
+
+def is_torch_subject(test):
+    """True when the unittest TestCase instance `test` runs a method or class marked with torch_subject()."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    return bool(getattr(method, "torch_subject", False) or getattr(type(test), "torch_subject", False))
+
+
+def worker_for(test):
+    """The training worker a test runs: "torch" when it is marked torch_subject, else "light"."""
+    return "torch" if is_torch_subject(test) else "light"
+
+
+def training_worker(worker, train):
+    """(interpreter, script, extra environment) that run the training worker `worker`: "torch" runs `train`
+    (ddp_train.py's path) with PYTHON, "light" runs LIGHT_TRAIN with HOST_PYTHON and torch hidden."""
+    if worker == "torch":
+        return PYTHON, train, {}
+    if worker == "light":
+        return HOST_PYTHON, LIGHT_TRAIN, {"PYTHONPATH": WITHOUT_TORCH}
+    raise ValueError(f"worker must be 'torch' or 'light', not {worker!r}")
+
+
 def skip_unless_required(reason):
     """Skips the test, class or module (unittest.SkipTest) because this machine cannot run it; `reason` says
     why. Under DDPRUN_REQUIRE_ALL_SUITES=1 the machine is expected to run everything: AssertionError instead."""
@@ -87,17 +151,19 @@ def skip_unless_required(reason):
     raise unittest.SkipTest(reason)
 
 
-# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses them for a while (a netns test
-# module, a Slurm test cluster) holds an exclusive flock on this file meanwhile.
-CLUSTER_LOCK = "/tmp/ddprun-test-cluster.lock"
+# The test hosts of scripts/test-cluster.sh have fixed names: whoever uses a set of them for a while (a netns
+# test module, a Slurm test cluster) holds an exclusive flock on its file meanwhile (host_set.py).
+CLUSTER_LOCK = host_set.CLUSTER_LOCK
 
 
-def hold_cluster_lock(owner, timeout):
-    """Waits (blocking flock, at most `timeout` s) for CLUSTER_LOCK and returns the open file: closing it
-    releases the lock. Writes `owner` and this pid into the file so that a waiter can name the holder. Busy
-    hosts are no reason to skip: after `timeout` s, AssertionError naming the holder. Main thread only (the
-    deadline is a SIGALRM)."""
-    lock = open(CLUSTER_LOCK, "a+")
+def hold_cluster_lock(owner, timeout, path=None, what=None):
+    """Waits (blocking flock, at most `timeout` s) for `path` (default CLUSTER_LOCK, the test hosts) and returns
+    the open file: closing it releases the lock. Writes `owner` and this pid into the file so that a waiter can
+    name the holder. Busy hosts are no reason to skip: after `timeout` s, AssertionError naming the holder and
+    `what` was busy. Main thread only (the deadline is a SIGALRM)."""
+    path = path or CLUSTER_LOCK
+    what = what or f"the test hosts (set {host_set.HOST_SET})"
+    lock = open(path, "a+")
 
     def expired(signum, frame):
         raise TimeoutError
@@ -111,8 +177,8 @@ def hold_cluster_lock(owner, timeout):
         lock.seek(0)
         holder = lock.read().strip() or "nothing"
         lock.close()
-        raise AssertionError(f"the test hosts (ddprun-h*) stayed busy for {timeout} s: another process holds "
-                             f"{CLUSTER_LOCK} (its last holder wrote: {holder})") from None
+        raise AssertionError(f"{what} stayed busy for {timeout} s: another process holds {path} (its last "
+                             f"holder wrote: {holder})") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -123,13 +189,35 @@ def hold_cluster_lock(owner, timeout):
     return lock
 
 
+# How long a test process waits for its host set's lock (another checkout's run on this machine holds it for its
+# modules, one after another). tests/integration/CMakeLists.txt adds this to a netns or Slurm module's CTest
+# TIMEOUT, so that waiting for the hosts does not count against the module's own time.
+LOCK_WAIT = int(os.environ.get("DDPRUN_TEST_LOCK_WAIT") or "1200")
+_process_cluster_lock = None
+
+
+def hold_cluster_lock_until_exit(owner, timeout=None):
+    """hold_cluster_lock() once per process: the first call waits (at most `timeout`, default LOCK_WAIT s) and
+    the lock is then held until the process exits, so a module of several classes waits once and keeps its host
+    set between them. Prints how long it waited when that was over a second. Main thread only."""
+    global _process_cluster_lock
+    if _process_cluster_lock is None:
+        started = time.monotonic()
+        _process_cluster_lock = hold_cluster_lock(owner, LOCK_WAIT if timeout is None else timeout)
+        waited = time.monotonic() - started
+        if waited > 1:
+            print(f"\n(waited {waited:.0f} s for the test hosts' lock {CLUSTER_LOCK})", file=sys.stderr, flush=True)
+    return _process_cluster_lock
+
+
 class SharedHostsTestCase(unittest.TestCase):
     """A test class that brings up the shared test hosts (network namespaces ddprun-h*: a netns cluster, a Slurm
-    cluster on them) once for all its tests and takes them down after them, holding CLUSTER_LOCK meanwhile.
+    cluster on them) once for all its tests and takes them down after them, holding CLUSTER_LOCK meanwhile (and
+    until the process exits: hold_cluster_lock_until_exit).
     Subclasses define bring_up() (raise, or skip_unless_required() when the machine cannot run it) and
     take_down(), and may define unavailable() (why this machine cannot run them, checked before the lock).
     Without root it skips (skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1)."""
-    LOCK_WAIT = 240  # seconds to wait for another user of the hosts (another build's run)
+    LOCK_WAIT = LOCK_WAIT  # seconds to wait for another user of the hosts (another checkout's run)
     NEEDS_ROOT_TO = "create network namespaces"
 
     @classmethod
@@ -153,19 +241,12 @@ class SharedHostsTestCase(unittest.TestCase):
             skip_unless_required(reason)
         if not os.access(DDPRUN, os.X_OK):
             raise RuntimeError(f"DDPRUN={DDPRUN} is not an executable; build ddprun or set DDPRUN")
-        cls.lock = hold_cluster_lock(f"{cls.__module__} with {PYTHON}", cls.LOCK_WAIT)
-        try:
-            cls.bring_up()
-        except BaseException:
-            cls.lock.close()
-            raise
+        hold_cluster_lock_until_exit(f"{cls.__module__} with {PYTHON}", cls.LOCK_WAIT)
+        cls.bring_up()
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            cls.take_down()
-        finally:
-            cls.lock.close()
+        cls.take_down()
 
 
 # Run with the workers' interpreter where the workers run (a test host, a Slurm step): writes what a gloo worker
@@ -349,6 +430,7 @@ class IntegrationTestCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ddprun-it-")
         self.token = uuid.uuid4().hex
+        self.worker = worker_for(self)  # for tests that run a training worker (training_worker())
         self.agents = []
         self.allow_leftovers = False  # a test that expects survivors (a known gap) sets it
         self.addCleanup(self._cleanup)

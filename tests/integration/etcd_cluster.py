@@ -37,6 +37,8 @@ import urllib.error
 import urllib.request
 import uuid
 
+from host_set import host_address  # the hosts of this process's set
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(HERE))
 CLUSTER = os.path.join(REPO, "scripts", "test-cluster.sh")
@@ -46,8 +48,6 @@ PEER_PORT = 2380
 START_TIMEOUT = 60  # seconds for a fresh cluster to elect a leader and report healthy (a loaded 2-core machine)
 
 
-def host_address(host):
-    return f"10.99.0.{host}"
 
 
 def _free_port():

@@ -1,7 +1,8 @@
 """Test hosts for the elastic tests: network namespaces with their own IPv4 addresses, and ddprun agents on them.
 
-scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0). HostsTestCase recreates
-them for its module (test-cluster.sh down, then up), so nothing an interrupted earlier run left on them is in
+scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0; in host set S of
+DDPRUN_TEST_HOSTS, which ctest gives each module, ddprun-sSh1..h4 at 10.99.S.1..4: host_set.py). HostsTestCase
+recreates them for its module (test-cluster.sh down, then up), so nothing an interrupted earlier run left on them is in
 the way, and leaves no process on any host after each test. It needs root and network namespaces: skipped
 with the reason otherwise (ddprun_testlib.skip_unless_required: a failure under DDPRUN_REQUIRE_ALL_SUITES=1);
 anything else that keeps the hosts from coming up, or hosts still busy after LOCK_WAIT, is a failure. Hosts are
@@ -9,6 +10,10 @@ taken under an flock (ddprun_testlib.SharedHostsTestCase, which test_slurm.py sh
 DDPRUN = the ddprun executable, REPO = the source tree (defaults to the one this file is in); DDPRUN_IT_KEEP=1
 keeps each test's directory (agent logs). The hosts share the file system, so checkpoints and result files
 live in one temporary directory. Standard library only; run with /usr/bin/python3 (torch).
+
+The training worker of start_training(): scripts/examples/ddp_train.py with real torch (the module's: 1.13, or
+2.6 in a .torch26 variant) for a test marked ddprun_testlib.torch_subject, else the light worker
+tests/integration/light_train.py (the same options and outputs, no torch); worker= chooses one for a call.
 """
 import glob
 import json
@@ -22,7 +27,8 @@ import time
 import uuid
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON, skip_unless_required
+import host_set
+from ddprun_testlib import PYTHON, skip_unless_required  # noqa: F401 (PYTHON: for modules that import it from here)
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -38,7 +44,7 @@ ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ran
 
 
 def address(host):
-    return f"10.99.0.{host}"
+    return host_set.host_address(host)
 
 
 def cluster(*args, check=True):
@@ -53,7 +59,7 @@ def cluster(*args, check=True):
 
 def host_pids(host):
     """The processes running in host's network namespace."""
-    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
+    done = subprocess.run(["ip", "netns", "pids", host_set.host_namespace(host)], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     return [int(p) for p in done.stdout.split()]
 
@@ -129,6 +135,12 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
         self.agents = []
         self.addCleanup(self._cleanup)
         self.run_id = f"netns-{uuid.uuid4().hex[:8]}"
+        # The training worker of start_training(): real torch where the test is marked torch_subject, else
+        # the light worker (ddprun_testlib.torch_subject, docs/testing.md "Which worker").
+        self.worker = ddprun_testlib.worker_for(self)
+        # start_training()'s --rdzv_conf; a test may set its own (e.g. a longer heartbeat timeout where a node's
+        # loss is not what it tests and torch workers load the machine).
+        self.rdzv_conf = RDZV_CONF
 
     def _cleanup(self):
         for agent in self.agents:
@@ -147,18 +159,20 @@ class HostsTestCase(ddprun_testlib.SharedHostsTestCase):
     def path(self, *parts):
         return os.path.join(self.tmp, *parts)
 
-    def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=(), agent_args=()):
-        """ddp_train.py under ddprun on `host`; the endpoint is host 1's address unless given. `steps` bounds the
-        training; stop_training() ends it sooner, once the test has seen what it waits for. `extra` goes to the
-        script, `agent_args` to ddprun."""
+    def start_training(self, host, port, steps, nnodes="2:4", endpoint=None, extra=(), agent_args=(), worker=None):
+        """ddp_train.py (or the light worker with its options: `worker` "torch" or "light", default self.worker)
+        under ddprun on `host`; the endpoint is host 1's address unless given. `steps` bounds the training;
+        stop_training() ends it sooner, once the test has seen what it waits for. `extra` goes to the script,
+        `agent_args` to ddprun."""
+        python, script, env = ddprun_testlib.training_worker(worker or self.worker, TRAIN)
         args = ["--nnodes", nnodes, "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", endpoint or f"{address(1)}:{port}", "--rdzv_id", self.run_id,
-                "--rdzv_conf", RDZV_CONF,
+                "--rdzv_conf", self.rdzv_conf,
                 "--max_restarts", "3", "--tee", "3", "--log_dir", self.path(f"logs-h{host}"), *agent_args,
-                "--python", PYTHON, TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16",
+                "--python", python, script, "--steps", str(steps), "--hidden", "32", "--batch", "16",
                 "--log-every", "10", "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"),
                 "--out", self.path("out"), "--stop-file", self.path("stop"), *extra]
-        agent = HostAgent(host, args, self.path(f"agent-h{host}.log"))
+        agent = HostAgent(host, args, self.path(f"agent-h{host}.log"), env=env)
         self.agents.append(agent)
         return agent
 

@@ -11,9 +11,17 @@ So a module is reported Skipped only when none of it ran: a failure next to a sk
 skip passes with its reasons printed. (Matching "skipped '" in the output, as ctest's SKIP_REGULAR_EXPRESSION
 did, reported a whole module as Skipped when one test skipped and the others ran - or failed.)
 
+Under DDPRUN_IT_MACHINE_LOCK=FILE the module holds FILE's flock while it runs (waiting up to
+ddprun_testlib.LOCK_WAIT s, which CMake adds to its TIMEOUT): a resource of the machine that CTest's
+RESOURCE_LOCK orders within one run but not against another checkout's run (torch 1.13's --standalone port 29400).
+
+Under DDPRUN_IT_TORCH (a variant with another torch than the host's: .torch26) only the tests marked
+ddprun_testlib.torch_subject run; a module with none selects nothing, which fails.
+
 The test modules skip through ddprun_testlib.skip_unless_required(), which already fails instead of skipping
 under DDPRUN_REQUIRE_ALL_SUITES=1; the check here also catches any other skip. Standard library only.
 """
+import os
 import sys
 import time
 import unittest
@@ -73,14 +81,40 @@ def print_durations(result, total):
     print(f"  {outside:7.2f} s  (module and class set-up, tear-down)", flush=True)
 
 
+def flatten(suite):
+    """The test cases of a (nested) unittest suite, in order."""
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from flatten(item)
+        else:
+            yield item
+
+
 def main(names):
     if not names:
         print(__doc__, file=sys.stderr)
         return 2
+    machine_lock = os.environ.get("DDPRUN_IT_MACHINE_LOCK")
+    if machine_lock:
+        waited = time.monotonic()
+        held = ddprun_testlib.hold_cluster_lock(f"{' '.join(names)} (run_itest)", ddprun_testlib.LOCK_WAIT,
+                                                path=machine_lock, what=f"the machine-wide resource {machine_lock}")
+        waited = time.monotonic() - waited
+        if waited > 1:
+            print(f"run_itest: waited {waited:.0f} s for {machine_lock}", flush=True)
     started = time.monotonic()
     suite = unittest.defaultTestLoader.loadTestsFromNames(names)
+    if ddprun_testlib.EXPECTED_TORCH:
+        # A variant for another torch (.torch26) runs only what depends on the workers' torch.
+        # (A module that failed to import is a test of unittest.loader's that reports the error: kept.)
+        suite = unittest.TestSuite(t for t in flatten(suite) if ddprun_testlib.is_torch_subject(t)
+                                   or type(t).__module__ == "unittest.loader")
+        print(f"run_itest: torch {ddprun_testlib.EXPECTED_TORCH}: only the tests marked torch_subject "
+              f"({suite.countTestCases()})", flush=True)
     result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
     print_durations(result, time.monotonic() - started)
+    if machine_lock:
+        held.close()
     return exit_code(result)
 
 

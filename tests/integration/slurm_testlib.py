@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON
+import host_set
 
 REPO = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPRUN = os.environ.get("DDPRUN") or os.path.join(REPO, "build", "launcher", "ddprun")
@@ -30,9 +30,12 @@ def wait_until(predicate, timeout, what, describe=lambda: ""):
     return ddprun_testlib.wait_until(predicate, timeout, what, describe, interval=0.2)
 
 
-def slurm_env(**extra):
-    env = dict(os.environ, SLURM_CONF=SLURM_CONF, DDPRUN=DDPRUN, DDPRUN_PYTHON=PYTHON, GLOO_SOCKET_IFNAME="eth0",
-               NPROC_PER_NODE="2", TRAIN=TRAIN)
+def slurm_env(worker="torch", **extra):
+    """The environment a job is submitted with: the examples' variables for `worker` ("torch": ddp_train.py with
+    PYTHON; "light": the light worker, ddprun_testlib.training_worker), and `extra`."""
+    python, train, worker_env = ddprun_testlib.training_worker(worker, TRAIN)
+    env = dict(os.environ, SLURM_CONF=SLURM_CONF, DDPRUN=DDPRUN, DDPRUN_PYTHON=python, GLOO_SOCKET_IFNAME="eth0",
+               NPROC_PER_NODE="2", TRAIN=train, **worker_env)
     env.update(extra)
     return env
 
@@ -59,7 +62,7 @@ def daemon_pids():
 
 def host_job_processes(host):
     """Processes on a test host other than its slurmd: what a job left behind."""
-    done = subprocess.run(["ip", "netns", "pids", f"ddprun-h{host}"], stdout=subprocess.PIPE,
+    done = subprocess.run(["ip", "netns", "pids", host_set.host_namespace(host)], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     pids = {int(p) for p in done.stdout.split()} - daemon_pids()
     out = []

@@ -2,13 +2,16 @@
 
 scripts/test-cluster.sh makes hosts ddprun-h1..h4 (10.99.0.1..4 on bridge ddprun-br0); every agent runs on its
 own host and the endpoint is host 1's address, so host 1's agent hosts the store (is_host detection) and the
-others reach it over the bridge. The workers are scripts/examples/ddp_train.py (real gloo DDP, CPU). Cases:
+others reach it over the bridge. Cases (torch: with real gloo DDP workers, scripts/examples/ddp_train.py, and
+every torch version; light: with the light worker, once - ddprun_testlib.torch_subject):
   - a node dies (its agent is SIGKILLed mid-run): the survivors re-form with 2 nodes, resume from the
-    checkpoint and finish; nothing of the dead host survives;
-  - a node arrives mid-run: the next round has 4 nodes (8 workers) and every agent finishes;
-  - an endpoint nobody serves: exit code 4 soon after join_timeout, with a message naming the endpoint;
+    checkpoint and finish; nothing of the dead host survives (torch: gloo across hosts, torch's ranks set up
+    again in a smaller world);
+  - a node arrives mid-run: the next round has 4 nodes (8 workers) and every agent finishes (light);
+  - an endpoint nobody serves: exit code 4 soon after join_timeout, with a message naming the endpoint (light:
+    no worker starts);
   - the workers' interpreter on a host (with the torch 2.6 root: scripts/torch26-root.sh `run` under `ip netns
-    exec`) keeps its pid and directory and sees the host's name and eth0 address, and the expected torch.
+    exec`) keeps its pid and directory and sees the host's name and eth0 address, and the expected torch (torch).
 
 The hosts, their set-up and what the tests need: tests/integration/netns_hosts.py. The store host's loss:
 test_store_failover_netns.py.
@@ -20,11 +23,12 @@ import time
 import unittest
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON
+from ddprun_testlib import PYTHON, torch_subject
 from netns_hosts import CLUSTER, NPROC, TRAIN, HostAgent, HostsTestCase, address, host_pids, rounds_of, wait_until
 
 
 class ElasticOnHosts(HostsTestCase):
+    @torch_subject
     def test_survivors_reform_without_a_killed_node(self):
         agents = [self.start_training(h, 29401, steps=600) for h in (1, 2, 3)]
         self.wait_for_training(agents[0], nodes=3)
@@ -81,6 +85,7 @@ class ElasticOnHosts(HostsTestCase):
         self.assertEqual({results[0]["attempt"]}, final, results)
         self.assertGreaterEqual(results[0]["attempt"], 1, results)
 
+    @torch_subject
     def test_workers_interpreter_on_a_host_sees_the_host(self):
         # What a gloo worker on host 2 depends on: test-cluster.sh exec runs the interpreter (with torch 2.6:
         # torch26-root.sh `run`, a private mount namespace and a chroot) as the very process it started, in its
@@ -108,10 +113,11 @@ class ElasticOnHosts(HostsTestCase):
 
     def test_unreachable_endpoint_exits_4_naming_it(self):
         endpoint = f"{address(200)}:29403"  # inside the hosts' subnet, but no host has that address
+        python, script, env = ddprun_testlib.training_worker(self.worker, TRAIN)
         agent = HostAgent(2, ["--nnodes", "1:2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
                               "--rdzv_endpoint", endpoint, "--rdzv_id", self.run_id,
-                              "--rdzv_conf", "join_timeout=2", "--python", PYTHON, TRAIN],
-                          self.path("agent-unreachable.log"))
+                              "--rdzv_conf", "join_timeout=2", "--python", python, script],
+                          self.path("agent-unreachable.log"), env=env)
         self.agents.append(agent)
         rc = agent.wait(60)
         elapsed = time.monotonic() - agent.started

@@ -28,6 +28,10 @@ DdprunOnEtcd - ddprun (issue 28: --rdzv_backend etcd / etcd-v2, which land in pa
   (f) a TLS cluster with client certificates: trains; with the wrong CA, exits non-zero naming the certificate;
   (g) etcd-v2 with --nnodes 2:3: a node lost, a node joining;
   (h) etcd without the v2 API (3.4's default): both backends exit non-zero and say so.
+Workers: torch's launcher, the mixed job and ddprun alone on etcd-v2 run real DDP workers with every torch version
+(torch's own launcher; torch's ranks on a store their rank 0 hosts, TORCHELASTIC_USE_AGENT_STORE=False); ddprun
+alone on etcd and everything in test_etcd_recovery_netns.py run the light worker (light_train.py) once, whose
+rank 0 listens on MASTER_PORT there as torch's does.
 Torch's etcd-v2 was broken in 2.3-2.5 (pytorch #123714, #132950: "etcd.EtcdKeyNotFound: Key not found :
 /torch/elastic/store" when a node reads the master address before rank 0 wrote any store key): Debian's 1.13.1
 (no such read) and 2.6.0 (EtcdStore._try_wait_get catches EtcdKeyNotFound) both train here.
@@ -37,7 +41,8 @@ import subprocess
 import time
 import unittest
 
-from ddprun_testlib import EXPECTED_TORCH, PYTHON
+import ddprun_testlib
+from ddprun_testlib import EXPECTED_TORCH, PYTHON, torch_subject
 from etcd_cluster import EtcdCluster
 from netns_hosts import NPROC, ROUND_LINE, TRAIN, HostAgent, HostsTestCase, address, cluster, wait_until
 
@@ -98,8 +103,8 @@ class EtcdHostsTestCase(HostsTestCase):
         self.cluster = etcd
         return etcd
 
-    def train_args(self, steps=STEPS):
-        return [TRAIN, "--steps", str(steps), "--hidden", "32", "--batch", "16", "--log-every", "10",
+    def train_args(self, steps=STEPS, script=TRAIN):
+        return [script, "--steps", str(steps), "--hidden", "32", "--batch", "16", "--log-every", "10",
                 "--save-every", "10", "--checkpoint", self.path("checkpoint.pt"), "--out", self.path("out"),
                 "--stop-file", self.path("stop")]
 
@@ -118,14 +123,16 @@ class EtcdHostsTestCase(HostsTestCase):
 
     def ddprun(self, host, backend, nnodes, endpoint=None, conf="", steps=STEPS, max_restarts=3, flags=(),
                train=()):
-        """ddprun on `host`; the endpoint is all three members unless given; `conf` is merged into
-        DDPRUN_CONF[backend]; `flags` go to ddprun, `train` to the training script."""
+        """ddprun on `host`, running the test's worker (self.worker: ddp_train.py or the light worker); the
+        endpoint is all three members unless given; `conf` is merged into DDPRUN_CONF[backend]; `flags` go to
+        ddprun, `train` to the training script."""
+        python, script, env = ddprun_testlib.training_worker(self.worker, TRAIN)
         args = ["--nnodes", str(nnodes), "--nproc_per_node", str(NPROC), "--rdzv_backend", backend,
                 "--rdzv_endpoint", endpoint or self.cluster.endpoints(), "--rdzv_id", self.run_id,
                 "--rdzv_conf", merged_conf(DDPRUN_CONF[backend], conf),
                 "--max_restarts", str(max_restarts), "--tee", "3", "--log_dir", self.path(f"logs-h{host}"),
-                *flags, "--python", PYTHON, *self.train_args(steps), *train]
-        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env=LAUNCHER_ENV)
+                *flags, "--python", python, *self.train_args(steps, script), *train]
+        agent = HostAgent(host, args, self.path(f"ddprun-h{host}.log"), env=dict(LAUNCHER_ENV, **env))
         self.agents.append(agent)
         return agent
 
@@ -203,6 +210,7 @@ class EtcdHostsTestCase(HostsTestCase):
         return {}
 
 
+@torch_subject
 class TorchrunOnEtcd(EtcdHostsTestCase):
     """torch's own launcher on torch's etcd backends: what ddprun's etcd backends must interoperate with."""
 
@@ -279,6 +287,7 @@ class TorchrunOnEtcd(EtcdHostsTestCase):
 class DdprunOnEtcd(EtcdHostsTestCase):
     """ddprun's --rdzv_backend etcd (torch's legacy protocol) and etcd-v2 (its dynamic rendezvous over etcd)."""
 
+    @torch_subject
     def test_a_mixed_job_torchrun_and_ddprun_on_etcd(self):
         self.etcd()
         agents = [self.torchrun(1, "etcd", 3)]
@@ -293,6 +302,7 @@ class DdprunOnEtcd(EtcdHostsTestCase):
     def test_b_ddprun_alone_on_etcd(self):
         self.ddprun_alone("etcd")
 
+    @torch_subject
     def test_b_ddprun_alone_on_etcd_v2(self):
         self.ddprun_alone("etcd-v2")
 

@@ -1,7 +1,7 @@
 """ddprun on a real 3-member etcd cluster when something fails (issue 28): the etcd leader killed mid-training and
 mid-rendezvous, quorum lost, TLS with the right and a wrong CA, etcd without the v2 API, a node lost and a node
 joining. The cluster itself is checked first (EtcdClusterItself). What ddprun does here does not depend on the
-workers' torch version, so the module runs with the host's torch 1.13 only; test_etcd_netns.py runs the jobs
+workers' torch, so the module runs once, with the light worker (light_train.py); test_etcd_netns.py runs the jobs
 that do (torch's own launcher, a mixed job, ddprun alone) with torch 1.13 and 2.6. Set-up, helpers and cases
 (c)-(h) as test_etcd_netns.py's docstring describes.
 """

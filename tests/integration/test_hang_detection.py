@@ -1,18 +1,21 @@
-"""Hang detection under ddprun with real torch workers (1.13; 2.6 in the .torch26 variant).
+"""Hang detection under ddprun.
 
---hang_timeout: a 3-rank gloo DDP job in which rank 2 sleeps in stuck_in_data_loading() at step 10 while
-ranks 0 and 1 wait in their all-reduce. ddprun must notice that no rank makes progress, print where every
-rank is (rank 2 in stuck_in_data_loading, the others together elsewhere), stop the group and restart it from
-its checkpoint; without restarts it exits 6. A job that computes normally is never stopped.
+--hang_timeout: a 3-rank job in which rank 2 sleeps in stuck_in_data_loading() at step 10 while ranks 0 and 1
+wait in their all-reduce. ddprun must notice that no rank makes progress, print where every rank is (rank 2 in
+stuck_in_data_loading, the others together elsewhere), stop the group and restart it from its checkpoint - with
+real gloo DDP workers (scripts/examples/ddp_train.py) and every torch version (1.13; 2.6 in the .torch26
+variant); without restarts it exits 6 with every rank's stack in the summary and the logs, and a job that
+computes normally is never stopped - with the light worker (light_train.py, the same options), once.
 torch's FileTimer: TORCHELASTIC_ENABLE_FILE_TIMER=1 and torch's own FileTimerClient (tests/integration/
-timer_worker.py): the rank that misses its deadline gets SIGKILL and the summary says so."""
+timer_worker.py), with every torch version: the rank that misses its deadline gets SIGKILL and the summary says
+so."""
 import json
 import os
 import re
 import time
 import unittest
 
-from ddprun_testlib import PYTHON, REPO, IntegrationTestCase
+from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, torch_subject, training_worker
 
 DDP_TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
 TIMER_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timer_worker.py")
@@ -22,20 +25,24 @@ HANG_TIMEOUT = 4  # seconds: a quarter of a rank's torch import on a busy machin
 
 class HangDetection(IntegrationTestCase):
     def train(self, extra_ddprun, extra_script, nproc=3):
+        """The test's training worker (self.worker: ddp_train.py or light_train.py) under ddprun."""
+        python, script, env = training_worker(self.worker, DDP_TRAIN)
         args = (["--standalone", "--nproc_per_node", str(nproc), "--log_dir", self.path("logs"),
-                 "--python", PYTHON] + extra_ddprun +
-                [DDP_TRAIN, "--steps", "40", "--batch", "16", "--log-every", "10", "--out", self.path("out")] +
+                 "--python", python] + extra_ddprun +
+                [script, "--steps", "40", "--batch", "16", "--log-every", "10", "--out", self.path("out")] +
                 extra_script)
-        return self.run_agent(args, JOB_WAIT)
+        return self.run_agent(args, JOB_WAIT, env=env)
 
     def assert_where(self, stderr, agent):
         """The agent said where the ranks were: rank 2 alone in stuck_in_data_loading, ranks 0,1 together."""
         m = re.search(r"where the ranks are: (.*)", stderr)
         self.assertIsNotNone(m, agent.describe())
         where = m.group(1)
-        self.assertRegex(where, r"^rank 2: .*stuck_in_data_loading \(ddp_train\.py:\d+\)", agent.describe())
+        script = re.escape(os.path.basename(training_worker(self.worker, DDP_TRAIN)[1]))
+        self.assertRegex(where, rf"^rank 2: .*stuck_in_data_loading \({script}:\d+\)", agent.describe())
         self.assertRegex(where, r" · ranks 0,1: ", agent.describe())
 
+    @torch_subject
     def test_a_hung_rank_is_named_and_the_group_restarts_from_its_checkpoint(self):
         agent, rc = self.train(["--hang_timeout", str(HANG_TIMEOUT), "--max_restarts", "1"],
                                ["--hang-rank", "2", "--hang-step", "10", "--checkpoint", self.path("ckpt.pt"),
@@ -76,6 +83,7 @@ class HangDetection(IntegrationTestCase):
         self.assertEqual(rc, 0, agent.describe())
         self.assertNotIn("no rank made progress", agent.stderr(), agent.describe())
 
+    @torch_subject
     def test_torch_file_timer_kills_the_rank_that_misses_its_deadline(self):
         agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "2", "--log_dir", self.path("logs"),
                                     "--python", PYTHON, TIMER_WORKER, "1"], JOB_WAIT,

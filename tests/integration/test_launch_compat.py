@@ -1,13 +1,15 @@
 """ddprun-launch against torch's own `python -m torch.distributed.launch` (torch 1.13; 2.6 in the .torch26
 variant): the same flags give every worker the same arguments — --local_rank=N (torch 1.x) or --local-rank=N
-(torch 2.x) before the script's own, none with --use_env — and the same LOCAL_RANK."""
+(torch 2.x) before the script's own, none with --use_env — and the same LOCAL_RANK. What compares with torch's
+launchers runs with every torch version; ddprun-launch's own choices and the newer torchrun flags with shell
+workers run once (ddprun_testlib.torch_subject)."""
 import glob
 import json
 import os
 import socket
 import unittest
 
-from ddprun_testlib import DDPRUN, PYTHON, IntegrationTestCase
+from ddprun_testlib import DDPRUN, PYTHON, IntegrationTestCase, torch_subject
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_worker.py")
 DDPRUN_LAUNCH = os.path.join(os.path.dirname(DDPRUN), "ddprun-launch")
@@ -35,6 +37,7 @@ class LaunchCompat(IntegrationTestCase):
         ours = self.launch(DDPRUN_LAUNCH, ["--python", PYTHON], flags, "ddprun")
         return torch, ours
 
+    @torch_subject
     def test_the_local_rank_argument_is_the_one_torch_launch_passes(self):
         torch, ours = self.both([])
         self.assertEqual(ours, torch)
@@ -43,6 +46,7 @@ class LaunchCompat(IntegrationTestCase):
             self.assertRegex(r["argv"][0], rf"^--local[-_]rank={rank}$")
             self.assertEqual(r["argv"][1:], ["first", "second"])
 
+    @torch_subject
     def test_use_env_passes_no_argument(self):
         torch, ours = self.both(["--use_env"])
         self.assertEqual(ours, torch)
@@ -57,6 +61,7 @@ class LaunchCompat(IntegrationTestCase):
         self.assertIn("--no_python needs --use_env", agent.stderr())
         self.assertEqual(self.live_processes(), [])
 
+    @torch_subject
     def test_newer_torchrun_flags_virtual_local_rank_and_numa_binding(self):
         """--virtual-local-rank: LOCAL_RANK=0 and one device each, in a real launch; --numa-binding on a machine
         without GPUs: exit 2, nothing started. This torchrun (1.13 or 2.6) has neither flag."""

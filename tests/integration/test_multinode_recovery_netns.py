@@ -1,8 +1,10 @@
 """Multi-node recovery on real hosts (network namespaces, tests/integration/netns_hosts.py): no fixed wait after a
-failure, hot spares, ranks kept. Real gloo DDP workers (scripts/examples/ddp_train.py), c10d rendezvous; every
-agent runs with --prestart. Cases:
+failure, hot spares, ranks kept. c10d rendezvous; every agent runs with --prestart. Cases:
   - a worker crashes (--nnodes 3, and the elastic range 2:3): every node restarts in the next round with the same
-    node ranks, one restart counted, the job finishes with identical parameters;
+    node ranks, one restart counted, the job finishes with identical parameters - with --nnodes 3, real gloo DDP
+    workers (scripts/examples/ddp_train.py) and every torch version: the standbys that imported torch become the
+    next attempt's DDP ranks; the elastic range and the cases below with the light worker (light_train.py),
+    once: they are the agents' and the rendezvous' decisions;
   - 4 hosts for --nnodes 3: the 4th waits as a hot spare ("hot spare" in its log); host 2's agent is SIGKILLed:
     the spare takes its node rank in the next round, the survivors keep theirs, the world stays 6 ranks, and no
     restart is counted against --max_restarts (a lost node is not the job's failure);
@@ -19,6 +21,7 @@ import re
 import signal
 import unittest
 
+from ddprun_testlib import torch_subject
 from netns_hosts import NPROC, HostsTestCase, host_pids, wait_until
 
 # "round R: node N/NODES, ranks A..B of WORLD"
@@ -103,6 +106,7 @@ class RecoveryJob(HostsTestCase):
 
 
 class MultiNodeRecovery(RecoveryJob):
+    @torch_subject
     def test_worker_crash_restarts_every_node_in_the_next_round(self):
         self.check_worker_crash(29411, "3")
 

@@ -1,6 +1,6 @@
 """Unhealthy and flapping nodes on real hosts (network namespaces), with the jobs of test_multinode_recovery_netns.py
-(real gloo DDP workers, c10d, --prestart). What is tested is the agents' and the rendezvous' decisions, not the
-workers' torch: host torch only.
+(c10d, --prestart). What is tested is the agents' and the rendezvous' decisions, not the workers' torch: host only,
+with the light worker (light_train.py) but where SPARE_AT_THE_END says otherwise.
   - an unhealthy node (its --health_check fails after a crash): with a spare waiting, the spare takes its node
     rank, the restart stays counted, and once healthy the node comes back as a spare (which exits 0 when the job
     ends without it); without a spare in the range 2:3, the job goes on with 2 nodes and the unhealthy agent
@@ -19,8 +19,24 @@ from netns_hosts import NPROC, RDZV_CONF, HostAgent, HostsTestCase, address, wai
 from test_multinode_recovery_netns import RecoveryJob, rounds
 
 
+# Both tests below end the job while a node waits as a spare, which must then exit 0. With the light worker
+# (the job ends within a second of the spare's arrival) that spare exited 4 in 2 of 4 runs of the flapping test
+# and 1 of 9 of the unhealthy one: "the job running with this --rdzv_id ... ended (the store went away:
+# WAIT|GET '.../r<N>/stop': lost the connection to the store ...)" - the store's host stopped its store
+# (StoreServer::stop closes every connection at once) between the done stop's SET and the spare's reading of
+# it: a launcher race, reported (issue 43's CI work). It has not been seen with torch workers, whose job takes
+# longer to end, so these two keep them until it is fixed.
+SPARE_AT_THE_END = "torch"
+# Those two torch cases lose no node: a heartbeat timeout of 10 s instead of 3 keeps a machine loaded by their
+# torch workers (the flapping test failed once at load ~25) from dropping a node whose agent was only slow to be
+# scheduled, which is not what they test.
+TOLERANT_RDZV_CONF = RDZV_CONF.replace("keep_alive_max_attempt=3", "keep_alive_max_attempt=10")
+assert TOLERANT_RDZV_CONF != RDZV_CONF
+
+
 class NodeHealth(RecoveryJob):
     def test_an_unhealthy_node_stands_aside_for_a_spare_and_comes_back_as_one(self):
+        self.worker, self.rdzv_conf = SPARE_AT_THE_END, TOLERANT_RDZV_CONF
         agents, spare = self.start_with_spare(29416, self.crash_on_demand(),
                                               lambda h: self.health_check(h, 2, "--health_check_attempts", "1000"))
         sick = agents[1]
@@ -63,6 +79,7 @@ class NodeHealth(RecoveryJob):
     def test_a_flapping_node_sits_out_while_a_spare_runs(self):
         # Rank 3 crashes in attempts 0 and 1: its node's agent caused two failures and sits out (the cooldown)
         # while the spare takes its place; after its cooldown it waits as a spare.
+        self.worker, self.rdzv_conf = SPARE_AT_THE_END, TOLERANT_RDZV_CONF
         flapping = ("--fail-rank", "3", "--fail-step", "15", "--fail-until-attempt", "2")
         agents, spare = self.start_with_spare(29418, flapping)
         wait_until(lambda: len(rounds(spare)) == 1, 300, "the spare to take a place", self.describe_all)

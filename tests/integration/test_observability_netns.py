@@ -1,6 +1,6 @@
 """`ddprun status` and the agents' metrics on real hosts (network namespaces, tests/integration/netns_hosts.py): a
-c10d job of 2 hosts x 2 real gloo DDP ranks (scripts/examples/ddp_train.py), every agent with --metrics_port, is
-watched from a third host, where no agent runs:
+c10d job of 2 hosts x 2 ranks (the light worker, light_train.py: what is shown is the agents' doing), every agent
+with --metrics_port, is watched from a third host, where no agent runs:
   - a real Prometheus on host 3 scrapes both agents; after the crash below its HTTP API reports
     ddprun_restarts_total 1; `promtool check metrics` accepts an agent's /metrics; /healthz and /readyz answer
     200 while the job trains;

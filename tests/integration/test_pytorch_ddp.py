@@ -6,12 +6,13 @@ import json
 import os
 import unittest
 
-from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port
+from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port, torch_subject
 
 TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
 JOB_WAIT = 150  # seconds for one short job (torch imports dominate)
 
 
+@torch_subject
 class PyTorchDDP(IntegrationTestCase):
     def results(self, out_dir):
         files = sorted(glob.glob(os.path.join(out_dir, "rank*.json")))

@@ -18,7 +18,7 @@ TorchrunParity: the same jobs under `python -m torch.distributed.run` and ddprun
   the cases it can run are compared with it. DDPRUN_IT_QUICK=1 runs torchrun for QUICK_CASES only (ddprun
   still runs every case against the recorded trees).
 
-InterpreterPreflight: ddprun's preflight starts the interpreter once (`-S -c ''`) before the rendezvous: a
+InterpreterPreflight (host torch only: no torch in it): ddprun's preflight starts the interpreter once (`-S -c ''`) before the rendezvous: a
 broken one is one line and exit 2 at once (where the rendezvous would wait for its join timeout), nothing
 started; a busy store port is the store's "port in use" and exit 3 before even that.
 """
@@ -32,7 +32,7 @@ import socket
 import time
 import unittest
 
-from ddprun_testlib import EXPECTED_TORCH, HOST_PYTHON, PYTHON, IntegrationTestCase, free_port
+from ddprun_testlib import EXPECTED_TORCH, HOST_PYTHON, PYTHON, IntegrationTestCase, free_port, torch_subject
 
 RECORD_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record_worker.py")
 JOB_WAIT = 150  # seconds for one short job (every worker imports torch: seconds each on a small machine)
@@ -112,6 +112,7 @@ def masked(block):
     return [block[0]] + out
 
 
+@torch_subject
 class RecordErrorFiles(IntegrationTestCase):
     def run_job(self, fail, nproc=2):
         """Runs record_worker.py on `nproc` local ranks with these failure modes; returns (agent, exit code)."""
@@ -254,6 +255,7 @@ def runs_on_113(flags):
     return all(v in ("1", "2") for v in values)
 
 
+@torch_subject
 class TorchrunParity(IntegrationTestCase):
     def setUp(self):
         super().setUp()

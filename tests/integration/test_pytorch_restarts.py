@@ -11,7 +11,7 @@ import re
 import time
 import unittest
 
-from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port
+from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, free_port, torch_subject
 
 TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
 PRESTART_WORKER = os.path.join(REPO, "tests", "integration", "prestart_worker.py")
@@ -26,6 +26,7 @@ RESTARTS_TWO_NODES = int(SOAK or "2")  # the same path across two agents (static
 JOB_WAIT = 840
 
 
+@torch_subject
 class PyTorchRestarts(IntegrationTestCase):
     def check(self, agents, out, world, restarts=RESTARTS):
         start = time.monotonic()

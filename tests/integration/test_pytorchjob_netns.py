@@ -28,7 +28,7 @@ import time
 import unittest
 
 import ddprun_testlib
-from ddprun_testlib import PYTHON, REPO, free_port, read_pidfile, wait_until
+from ddprun_testlib import PYTHON, REPO, free_port, read_pidfile, torch_subject, wait_until
 import netns_hosts
 from netns_hosts import cluster
 from test_pytorch_errors import TORCH_113, masked, summary_block
@@ -115,6 +115,7 @@ def run_tree(log_dir):
     return runs[0], found
 
 
+@torch_subject
 class PyTorchJob(netns_hosts.HostsTestCase):
     """netns_hosts' four hosts (fresh for the module, no process left after a test), named as the pods."""
 

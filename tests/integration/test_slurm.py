@@ -12,6 +12,9 @@ The jobs are the shipped examples, submitted with sbatch as a user would:
   - the workers' interpreter under srun (with the torch 2.6 root: scripts/torch26-root.sh `run` under slurmstepd)
     keeps the task's pid and directory, sees its node's name, eth0 for gloo, the nodes in /etc/hosts and the
     expected torch.
+The static example's training, the crash restarted under the elastic example and the interpreter under srun run
+real torch (ddp_train.py) with every torch version; the other jobs are the agents' and Slurm's doing and run the
+examples with the light worker (light_train.py, TRAIN=), once (ddprun_testlib.torch_subject).
 And, without a cluster: every expected value of tests/launcher/hostlist_test.cc's scontrol table is what
 `scontrol show hostnames` prints here (needs scontrol only); a signal to one agent reaches the other node's
 workers as the same signal, and its later arrival there is not taken as a second one (two local agents).
@@ -39,7 +42,7 @@ import unittest
 
 import ddprun_testlib
 from etcd_cluster import EtcdCluster
-from ddprun_testlib import EXPECTED_TORCH, PYTHON, free_port, skip_unless_required
+from ddprun_testlib import EXPECTED_TORCH, PYTHON, free_port, skip_unless_required, torch_subject
 from slurm_testlib import (DDPRUN, ELASTIC, EXIT_SLURM_INTERRUPTED, HOSTLIST_TEST, HOSTS, INSTALL_TIMEOUT,
                             JOB_TIMEOUT, SLURM_CLUSTER, SLURM_CONF, SLURM_DIR, STATIC, TEST_CLUSTER, TRAIN_ARGS,
                             UP_TIMEOUT, host_job_processes, processes_mentioning, run, slurm_env, wait_until)
@@ -223,6 +226,12 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.tmp = tempfile.mkdtemp(prefix="ddprun-slurm-it-")
         self.jobs = []
         self.addCleanup(self._cleanup)
+        # The examples' training worker: ddp_train.py where the test is marked torch_subject, else the light
+        # worker (docs/testing.md, "Which worker").
+        self.worker = ddprun_testlib.worker_for(self)
+
+    def slurm_env(self, **extra):
+        return slurm_env(self.worker, **extra)
 
     def _cleanup(self):
         for job in self.jobs:
@@ -256,7 +265,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         30 s to each job here."""
         cmd = ["sbatch", "--parsable", "-N", str(HOSTS), "-o", self.path("out.txt"), "--open-mode=append",
                "-D", self.tmp, *sbatch_args, script, *args]
-        done = run(cmd, env=env or slurm_env(), timeout=30)
+        done = run(cmd, env=env or self.slurm_env(), timeout=30)
         job = done.stdout.strip().split(";")[0]  # --parsable: the job id first
         if not job.isdigit():
             raise AssertionError(f"{' '.join(cmd)} printed {done.stdout!r}")
@@ -302,6 +311,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
 
     # ---- the scenarios ----
 
+    @torch_subject
     def test_static_example_trains_ddp_on_two_hosts(self):
         job, rc = self.sbatch(STATIC, ["--steps", "40", *TRAIN_ARGS, "--out", self.path("res")], wait=True)
         out = self.output()
@@ -325,7 +335,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
 
     def test_munge_admits_the_jobs_user_only(self):
         # The static example with no flag for it: under Slurm the agents authenticate with MUNGE.
-        job, _ = self.sbatch(STATIC, ["--steps", "600", "--step-sleep", "0.05", *TRAIN_ARGS,
+        # The job trains until the checks below are done (--stop-file), not for a fixed 600 steps.
+        job, _ = self.sbatch(STATIC, ["--steps", "100000", *TRAIN_ARGS, "--stop-file", self.path("stop"),
                                       "--out", self.path("res")])
         self.wait_training()
         port, name = 20000 + int(job) % 10000, f"Slurm job {job}, run {job}"
@@ -350,6 +361,8 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
                                             "--log_dir", "/tmp", "--no_python", "/bin/true"])
         self.assertEqual(rc, 4, log)
         self.assertIn("a MUNGE credential of uid 0, not of the job's user (uid 65534)", log)
+        with open(self.path("stop"), "w"):
+            pass
         self.wait_job_gone(job, JOB_TIMEOUT)
         self.assertEqual(self.job_field(job, "ExitCode"), "0:0", self.describe())
         out = self.output()
@@ -376,7 +389,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         worker = self.path("signal_worker.py")
         with open(worker, "w") as f:
             f.write(SIGNAL_WORKER)
-        job, _ = self.sbatch(STATIC, [self.tmp], env=slurm_env(TRAIN=worker, DDPRUN_ARGS="--shutdown_timeout 3"))
+        job, _ = self.sbatch(STATIC, [self.tmp], env=self.slurm_env(TRAIN=worker, DDPRUN_ARGS="--shutdown_timeout 3"))
         wait_until(lambda: len(glob.glob(self.path("ready-*"))) == 4, JOB_TIMEOUT, "4 workers to start",
                    self.describe)
         hosts = set()
@@ -397,12 +410,13 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.wait_job_gone(job, 60)
         self.assert_nothing_left(self.tmp)
 
+    @torch_subject
     def test_worker_crash_is_restarted_by_ddprun_elastic_example(self):
         # last_call_timeout 10 s: both nodes rejoin after the crash and the round closes as soon as the second
         # arrives (MAX reached); 3 s was once too short for a node's agent on a loaded machine, which then came
         # as a newcomer and made a third attempt.
-        env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"),
-                        DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,join_timeout=120")
+        env = self.slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"),
+                             DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,join_timeout=120")
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
                                         "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
         out = self.output()
@@ -425,9 +439,9 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         # Without an agent store the workers' rank 0 creates the job's TCPStore, with use_libuv taken from
         # USE_LIBUV (default 1): Debian 13's torch 2.6 has no libuv (test_etcd_netns.py, LAUNCHER_ENV).
         libuv = {} if (EXPECTED_TORCH or "1.").startswith("1.") else {"USE_LIBUV": "0"}
-        env = slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"), RDZV_BACKEND="etcd",
-                        RDZV_ENDPOINT=etcd.endpoints(), DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,timeout=120",
-                        **libuv)
+        env = self.slurm_env(MAX_RESTARTS="1", CHECKPOINT=self.path("checkpoint.pt"), RDZV_BACKEND="etcd",
+                             RDZV_ENDPOINT=etcd.endpoints(),
+                             DDPRUN_ARGS="--rdzv_conf=last_call_timeout=10,timeout=120", **libuv)
         job, rc = self.sbatch(ELASTIC, ["--steps", "40", *TRAIN_ARGS, "--save-every", "10", "--fail-rank", "3",
                                         "--fail-step", "15", "--out", self.path("res")], wait=True, env=env)
         out = self.output()
@@ -444,9 +458,9 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
 
     def test_head_node_lost_the_elastic_example_goes_on(self):
         conf = "last_call_timeout=3,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3"
-        env = slurm_env(MIN_NODES="1", CHECKPOINT=self.path("checkpoint.pt"), DDPRUN_ARGS=f"--rdzv_conf={conf}")
-        job, _ = self.sbatch(ELASTIC, ["--steps", "2000", *TRAIN_ARGS, "--save-every", "10",
-                                       "--out", self.path("res")], env=env)
+        env = self.slurm_env(MIN_NODES="1", CHECKPOINT=self.path("checkpoint.pt"), DDPRUN_ARGS=f"--rdzv_conf={conf}")
+        job, _ = self.sbatch(ELASTIC, ["--steps", "100000", *TRAIN_ARGS, "--save-every", "10",
+                                       "--stop-file", self.path("stop"), "--out", self.path("res")], env=env)
         self.wait_training()
         wait_until(lambda: os.path.exists(self.path("checkpoint.pt")), 60, "the first checkpoint", self.describe)
         # n1's agent (it hosts the store) dies, and its workers with it; the batch script's srun, slurmstepd and
@@ -458,6 +472,11 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # The job goes on on n2 alone, from the checkpoint: then it may stop (--stop-file), not after 2000 steps.
+        wait_until(lambda: re.search(r"resumed from .*checkpoint\.pt at step [1-9]\d*[\s\S]*step \d+/\d+ loss",
+                                     self.output()), JOB_TIMEOUT, "training resumed on n2", self.describe)
+        with open(self.path("stop"), "w"):
+            pass
         self.wait_job_gone(job, JOB_TIMEOUT)
         out = self.output()
         self.assertRegex(out, r"ddprun n2:\d+ warning: rendezvous \S+: the store at n1:\d+ is lost", out)
@@ -470,6 +489,7 @@ class OnSlurm(ddprun_testlib.SharedHostsTestCase):
         self.assertTrue(all(r["world_size"] == 2 and r["identical"] for r in results), results)
         self.assert_nothing_left(self.tmp)
 
+    @torch_subject
     def test_workers_interpreter_under_srun_sees_its_node(self):
         # The interpreter the examples' workers run (with torch 2.6: torch26-root.sh `run` under slurmstepd): it is
         # the task slurmstepd started (same pid), in the job's directory, on its node's network and name, and the

@@ -18,13 +18,14 @@ import re
 import signal
 import unittest
 
-from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, read_pidfile, wait_until
+from ddprun_testlib import PYTHON, REPO, IntegrationTestCase, read_pidfile, torch_subject, wait_until
 
 TRAIN = os.path.join(REPO, "scripts", "examples", "ddp_train.py")
 STEPS = 60  # saves after steps 9, 19, 29, 39, 49, 59 (--state-every 10)
 JOB_WAIT = 300
 
 
+@torch_subject
 class StateTraining(IntegrationTestCase):
     """Real torch workers (integration.test_state, .torch26)."""
 

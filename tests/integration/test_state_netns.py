@@ -17,7 +17,7 @@ import subprocess
 import unittest
 
 from netns_hosts import CLUSTER, NPROC, TRAIN, HostAgent, HostsTestCase, address, host_pids, wait_until
-from ddprun_testlib import PYTHON
+from ddprun_testlib import PYTHON, torch_subject
 
 STEPS = 300
 ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ranks (\d+)\.\.(\d+) of (\d+),")
@@ -69,6 +69,7 @@ class StateAcrossNodes(HostsTestCase):
         wait_until(lambda: re.search(rf"step {step}/{STEPS} loss", agent.log()), 120,
                    f"rank 0 to log step {step}", self.describe_all)
 
+    @torch_subject
     def test_a_spare_restores_a_killed_nodes_ranks_from_its_buddy(self):
         reference = self.uninterrupted()
         secret = ("--rdzv_secret_file", self.secret())
@@ -105,7 +106,7 @@ class StateAcrossNodes(HostsTestCase):
         done = subprocess.run(["bash", CLUSTER, "exec", "4", PYTHON, probe, address(agent.host), str(port)],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
         self.assertIn("error this agent admits only the job's agents", done.stdout, done.stdout + done.stderr)
-        wait_until(lambda: "refused the client at 10.99.0.4" in agent.log(), 10, "the refusal in the agent's log",
+        wait_until(lambda: f"refused the client at {address(4)}" in agent.log(), 10, "the refusal in the agent's log",
                    agent.describe)
 
     def test_a_node_and_its_buddy_lost_together_fall_back_to_the_disk_checkpoint(self):

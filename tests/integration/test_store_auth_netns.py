@@ -1,6 +1,7 @@
 """A job's store that lets in only its job (--rdzv_secret_file, docs/security.md), on real hosts (network
-namespaces, tests/integration/netns_hosts.py): a c10d job of 2 hosts x 2 real gloo DDP ranks whose agents share a
-secret; host 3 is a stranger on the same network, and tries, against the job's store on host 1:
+namespaces, tests/integration/netns_hosts.py): a c10d job of 2 hosts x 2 ranks whose agents share a secret - real
+gloo DDP ranks (scripts/examples/ddp_train.py) with every torch version, whose TCPStore clients the store must
+admit; host 3 is a stranger on the same network, and tries, against the job's store on host 1:
   - to read the job's keys (its status), to write the round's stop key, to add to the round's join counter, and
     to connect as a worker client (torch's TCPStore, its own keys) — each refused: the store closes the
     connection (the stranger's next request fails) and logs the refusal with the stranger's address;
@@ -9,7 +10,9 @@ secret; host 3 is a stranger on the same network, and tries, against the job's s
 and the job trains to the end with identical parameters on every rank, exit 0, no restart. After the store's host
 is killed in a 3-host job, the standby store that takes over refuses the same attacks from host 4. The same job
 without a secret is open as before (the stranger reads its status). With --local_addr the store listens on that
-address only (host 1's loopback is refused). Workers: the torch the module runs with.
+address only (host 1's loopback is refused). The failover, --local_addr and the open store run the light worker
+(light_train.py) once: what they prove is the agents' and the store's doing. The attacks use torch's own TCPStore
+client of the torch the module runs with.
 """
 import os
 import subprocess
@@ -20,7 +23,7 @@ import re
 
 from netns_hosts import (CLUSTER, DDPRUN, NPROC, RDZV_CONF, HostsTestCase, address, host_pids,
                          kill_host_processes, wait_until)
-from ddprun_testlib import PYTHON
+from ddprun_testlib import PYTHON, torch_subject
 
 PORT = 29461
 
@@ -79,6 +82,7 @@ class StoreAuthOnHosts(HostsTestCase):
                                         "--rdzv_conf", RDZV_CONF, *secret_args, "--no_python", "/bin/true"])
         return rc, out + err
 
+    @torch_subject
     def test_a_stranger_is_refused_and_the_job_is_unharmed(self):
         secret = self.secret_file()
         agents = [self.start_training(h, PORT, steps=20000, nnodes="2",
@@ -112,7 +116,8 @@ class StoreAuthOnHosts(HostsTestCase):
         kill_host_processes(1)  # the store's host
         wait_until(lambda: not host_pids(1), 15, "host 1's processes to die")
         self.wait_for_training(agents[1], nodes=2)
-        took_over = re.search(r"this node \((10\.99\.0\.\d+):(\d+)\) hosts the job's store from now on",
+        subnet = re.escape(address(1).rsplit(".", 1)[0])
+        took_over = re.search(rf"this node \(({subnet}\.\d+):(\d+)\) hosts the job's store from now on",
                               agents[1].log() + agents[2].log())
         self.assertTrue(took_over, self.describe_all())
         standby = (took_over[1], int(took_over[2]))

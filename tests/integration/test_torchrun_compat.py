@@ -22,7 +22,8 @@ import socket
 import unittest
 import uuid
 
-from ddprun_testlib import (EXPECTED_TORCH, PYTHON, IntegrationTestCase, free_port, read_pidfile, wait_until)
+from ddprun_testlib import (EXPECTED_TORCH, PYTHON, IntegrationTestCase, free_port, read_pidfile, torch_subject,
+                            wait_until)
 from test_pytorch_errors import masked, summary_block
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat_worker.py")
@@ -67,6 +68,7 @@ def worker_lines(stderr):
     return kept
 
 
+@torch_subject
 class TorchrunCompat(IntegrationTestCase):
     def launch(self, launcher, flags, modes, env=None, out=None):
         """Starts torchrun ("torch") or ddprun with `flags` and compat_worker.py in COMPAT_MODE `modes`. torch
