@@ -50,7 +50,7 @@ from slurm_testlib import (DDPRUN, ELASTIC, EXIT_SLURM_INTERRUPTED, HOSTLIST_TES
 # AUTH by hand with a MUNGE credential of whoever runs it (docs/wire-protocol.md): an attacker skips checking the
 # store's proof. Prints the store's answer to phase 2 and the uid.
 RAW_MUNGE_AUTH = """
-import os, socket, struct, subprocess, sys
+import hashlib, os, socket, struct, subprocess, sys
 host, port, job, munge_socket = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def part(b):
     return str(len(b)).encode() + b":" + b
@@ -67,7 +67,9 @@ nonce = os.urandom(32)
 s.sendall(bytes([0xDD]) + struct.pack("<IQ", 1, len(nonce)) + nonce)
 store_nonce = recv(s, struct.unpack("<Q", recv(s, 8))[0])
 recv(s, struct.unpack("<Q", recv(s, 8))[0])  # the store's proof: not checked
-payload = b"".join(part(p) for p in (b"ddprun store auth v1", b"agent", job.encode(), nonce, store_nonce))
+# docs/wire-protocol.md: the job by the SHA-256 (lowercase hex) of "Slurm job <id>, run <rdzv_id>".
+job_sha256 = hashlib.sha256(job.encode()).hexdigest().encode()
+payload = b"".join(part(p) for p in (b"ddprun store auth v1", b"agent", job_sha256, nonce, store_nonce))
 cred = subprocess.run(["munge", "-S", munge_socket], input=payload, capture_output=True, check=True).stdout.strip()
 s.sendall(bytes([0xDD]) + struct.pack("<IQ", 2, len(cred)) + cred)
 print("admitted" if recv(s, 1) == b"\\x01" else "refused", os.getuid())

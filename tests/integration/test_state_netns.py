@@ -126,9 +126,11 @@ class StateAcrossNodes(HostsTestCase):
             agent.proc.wait(timeout=10)
         results = self.results([agents[0], *spares], 3 * NPROC)
         spare_logs = "".join(s.log() for s in spares)
-        self.assertEqual(len(re.findall(r"no node holds a version of rank \d's state", spare_logs)), 2,
+        # Two of the four lost ranks had their copies on the survivor. Counted by rank: a dead node that still
+        # joined the first round after the kill makes the spares try once more in the round after it.
+        self.assertEqual(len(set(re.findall(r"no node holds a version of rank (\d)'s state", spare_logs))), 2,
                          self.describe_all())
-        self.assertEqual(len(re.findall(r"restored rank \d's state", spare_logs)), 2, self.describe_all())
+        self.assertEqual(len(set(re.findall(r"restored rank (\d)'s state", spare_logs))), 2, self.describe_all())
         log = agents[0].log()
         self.assertRegex(log, r"ddprun.state: nothing to resume from \(rank \d has no version on this node\)",
                          self.describe_all())
