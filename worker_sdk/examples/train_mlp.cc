@@ -10,8 +10,16 @@
 // rerun) every rank resumes from it. At the end the ranks all-gather a checksum of their parameters and
 // exit 3 unless all are identical. --crash-at-step makes --crash-rank exit 13 at that step in the first
 // attempt only (restart tests). Rank 0's last line is a machine-readable "summary:" for benchmarks.
-// The parts of libtorch this program uses, not <torch/torch.h> (data loaders, JIT, every nn module): a quarter
-// less compile time.
+// --state-every N (under ddprun --state_memory): every N steps each rank saves the model's parameters and
+// buffers and the optimizer's state (SGD's momentum buffers) with ddprun::sdk::state, asynchronously
+// (ddprun/torch_state.h); at start every rank calls load() and, when the ranks agree on a version of step S,
+// resumes at step S+1 (printing "rank R: resumed from ddprun::sdk::state at step S+1"), bit for bit where the
+// saving run was; without one, the --checkpoint path applies. --crash-in-save-step S kills --crash-rank in
+// the middle of its save of step S (its file size limit lowered: SIGXFSZ), first attempt only. Rank 0's
+// "done:" line ends with params_fnv1a, a hash of every parameter's bytes (equal hashes: bitwise equal
+// parameters). The parts of libtorch this program uses, not <torch/torch.h> (data loaders, JIT, every nn
+// module): a quarter less compile time.
+#include <sys/resource.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -33,6 +41,7 @@
 #include "ddprun/distributed_sampler.h"
 #include "ddprun/gradient_sync.h"
 #include "ddprun/tensor_ops.h"
+#include "ddprun/torch_state.h"
 
 namespace sdk = ddprun::sdk;
 using Clock = std::chrono::steady_clock;
@@ -54,6 +63,8 @@ struct Flags {
   int64_t log_every = 50;
   int64_t crash_at_step = -1;
   int crash_rank = 1;
+  int64_t state_every = 0;  // 0: no ddprun::sdk::state
+  int64_t crash_in_save_step = -1;
   int accumulation = 1;  // micro-batches per optimizer step (all but the last under no_sync)
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
@@ -110,6 +121,39 @@ torch::Tensor checksum(torch::nn::Sequential& model) {
   return torch::stack({all.sum(), (all * w).sum()});
 }
 
+// FNV-1a over the bytes of every parameter, in order: equal on two runs only when the parameters are bitwise
+// equal (the checksum above is a sum, which could hide a difference).
+uint64_t params_fnv1a(torch::nn::Sequential& model) {
+  uint64_t h = 14695981039346656037ull;
+  for (const auto& p : model->parameters()) {
+    const torch::Tensor c = p.detach().cpu().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Saves the model and the optimizer as this rank's version of `step` (the index of the step just done),
+// asynchronously. With `die_midway`, the save is the last thing this process does: a file size limit below
+// the version's size kills it (SIGXFSZ) in the middle of writing it.
+void save_state(int64_t step, torch::nn::Sequential& model, torch::optim::SGD& opt, bool die_midway) {
+  namespace state = ddprun::sdk::state;
+  state::NamedTensors tensors;
+  state::add_module(tensors, *model);
+  state::add_optimizer(tensors, opt);
+  if (die_midway) {
+    std::fprintf(stderr, "dying in the middle of a ddprun::sdk::state save of step %lld\n",
+                 static_cast<long long>(step));
+    std::fflush(stderr);
+    const rlimit no_core{0, 0}, small{4096, 4096};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    state::save(step, tensors, /*async=*/false);
+    std::_Exit(12);  // not reached: the save is killed first
+  }
+  state::save(step, tensors, /*async=*/true);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -146,7 +190,22 @@ int run(const Flags& f) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(f.lr).momentum(f.momentum));
 
   int64_t step = 0;
-  const bool have_ckpt = !f.checkpoint.empty() && std::filesystem::exists(f.checkpoint);
+  bool resumed = false;
+  if (f.state_every > 0) {
+    namespace state = ddprun::sdk::state;
+    if (auto got = state::load_tensors(*ctx, std::chrono::minutes(5), device)) {
+      state::restore_module(*model, got->tensors);
+      state::restore_optimizer(opt, got->tensors, "optimizer", device);
+      step = got->step + 1;
+      resumed = true;
+      std::printf("rank %d: resumed from ddprun::sdk::state at step %lld (restart %d)\n", rank,
+                  static_cast<long long>(step), ctx->restart_count());
+    } else if (ctx->is_main()) {
+      std::printf("ddprun::sdk::state: nothing to resume from (%s)\n", state::why_none().c_str());
+    }
+    std::fflush(stdout);
+  }
+  const bool have_ckpt = !resumed && !f.checkpoint.empty() && std::filesystem::exists(f.checkpoint);
   // Every rank must agree on whether to resume (a checkpoint on a non-shared disk would split the job).
   torch::Tensor seen = torch::tensor({have_ckpt ? 1L : 0L}).to(device);
   torch::Tensor all_seen = sdk::all_gather(pg, seen).cpu();
@@ -225,6 +284,10 @@ int run(const Flags& f) {
         exposed_ms.push_back(std::chrono::duration<double, std::milli>(stats.exposed_wait).count());
         comm_ms.push_back(std::chrono::duration<double, std::milli>(stats.communication).count());
       }
+      if (f.state_every > 0 && step % f.state_every == 0) {
+        save_state(step - 1, model, opt,
+                   step - 1 == f.crash_in_save_step && rank == f.crash_rank && ctx->restart_count() == 0);
+      }
       if (ctx->is_main() && !f.checkpoint.empty() && f.checkpoint_every > 0 &&
           step % f.checkpoint_every == 0) {
         save_checkpoint(f.checkpoint, model, opt, step);
@@ -241,6 +304,7 @@ int run(const Flags& f) {
     }
   }
 
+  ddprun::sdk::state::wait();  // the last async save committed
   torch::Tensor sums = sdk::all_gather(pg, checksum(model).to(device)).cpu();
   bool identical = true;
   for (int r = 1; r < world; ++r) identical = identical && torch::equal(sums[r], sums[0]);
@@ -251,8 +315,10 @@ int run(const Flags& f) {
   if (ctx->is_main()) {
     const double mean =
         step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
-    std::printf("done: %d ranks, final loss %.5f, parameters identical (checksum %.17g)\n", world,
-                loss.item<double>() * f.accumulation, sums[0][0].item<double>());
+    std::printf(
+        "done: %d ranks, final loss %.5f, parameters identical (checksum %.17g) params_fnv1a=%016llx\n",
+        world, loss.item<double>() * f.accumulation, sums[0][0].item<double>(),
+        static_cast<unsigned long long>(params_fnv1a(model)));
     std::printf(
         "summary: ranks=%d steps=%zu step_ms_mean=%.3f step_ms_median=%.3f allreduce_ms_median=%.3f "
         "exposed_sync_ms_median=%.3f samples_per_s=%.0f\n",
@@ -285,6 +351,11 @@ int main(int argc, char** argv) {
   app.add_option("--crash-at-step", f.crash_at_step,
                  "make --crash-rank exit 13 at this step (first attempt only)");
   app.add_option("--crash-rank", f.crash_rank);
+  app.add_option("--state-every", f.state_every,
+                 "save model + optimizer with ddprun::sdk::state every N steps (async); resume from it")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--crash-in-save-step", f.crash_in_save_step,
+                 "kill --crash-rank in the middle of its state save of this step (first attempt only)");
   app.add_option("--accumulation", f.accumulation, "micro-batches per step (no_sync on all but the last)")
       ->check(CLI::PositiveNumber);
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb)->check(CLI::PositiveNumber);
