@@ -176,7 +176,7 @@ def _read_manifest(fd, size):
             elif key == "tensor":
                 f = value.split(" ", 5)
                 shape = [] if f[3] == "-" else [int(d) for d in f[3].split("x")]
-                m["tensors"].append((int(f[0]), int(f[1]), f[2], shape, f[4]))
+                m["tensors"].append((int(f[0]), int(f[1]), f[2], shape, f[4], f[5] if len(f) > 5 else ""))
             elif key == "pickle":
                 f = value.split(" ")
                 m["pickle"] = (int(f[0]), int(f[1]))
@@ -537,7 +537,7 @@ def _open_version(torch, path, map_location, weights_only):
     finally:
         os.close(fd)
     tensors = []
-    for offset, nbytes, dtype_name, shape, device in m["tensors"]:
+    for offset, nbytes, dtype_name, shape, device, _ in m["tensors"]:
         dtype = getattr(torch, dtype_name, None)
         if not isinstance(dtype, torch.dtype):
             raise StateError(f"{path}: a tensor of dtype {dtype_name}, which this torch does not have")
@@ -551,6 +551,8 @@ def _open_version(torch, path, map_location, weights_only):
         tensors.append(t)
     import io
 
+    if m["pickle"] is None:  # the C++ writer's (ddprun::sdk::state): named tensors, nothing pickled
+        return {entry[5]: t for entry, t in zip(m["tensors"], tensors)}
     offset, nbytes = m["pickle"]
     return _Unpickler(io.BytesIO(mapped[offset:offset + nbytes]), torch, tensors, weights_only).load()
 
