@@ -1,7 +1,8 @@
 // state_format: the files of ddprun's in-memory training state (docs/state.md, "The version file"). One file
 // holds one committed version of one rank's state; the worker's library writes it (Python ddprun.state,
-// agent/state/python/ddprun/state.py) into the agent's directory, and the agents copy it to a buddy node
-// (agent/state/). Here, below both the agent and the SDK, because both read it.
+// agent/state/python/ddprun/state.py; C++ ddprun::sdk::state, worker_sdk/src/state.cc) into the agent's
+// directory, and the agents copy it to a buddy node (agent/state/). Here, below both the agent and the SDK,
+// because both read it.
 //
 // A version file is named rank<R>.step<S>.ddps and holds, in order:
 //   payload    tensor bytes, each at a kAlign-aligned offset, then (Python) the pickled rest of the state
