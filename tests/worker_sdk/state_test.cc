@@ -22,41 +22,15 @@
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/util/state_format.h"
 #include "worker_sdk/src/state_agreement.h"
+#include "worker_sdk/state_dir.h"
 
 namespace fs = std::filesystem;
 namespace sdk = ddprun::sdk;
 namespace state = ddprun::sdk::state;
+using ddprun::sdk::testing::StateDir;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A fresh $DDPRUN_STATE_DIR (and the quota, the rank's variables) for one test; restored afterwards.
-struct StateDir {
-  fs::path dir;
-  explicit StateDir(uint64_t quota = 0) {
-    static int serial = 0;
-    dir = fs::temp_directory_path() /
-          ("ddprun-sdk-state-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    ::setenv("DDPRUN_STATE_DIR", dir.c_str(), 1);
-    ::setenv("DDPRUN_STATE_QUOTA", std::to_string(quota).c_str(), 1);
-    for (const char* v : {"RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "LOCAL_WORLD_SIZE"})
-      ::unsetenv(v);
-  }
-  ~StateDir() {
-    state::wait();
-    ::unsetenv("DDPRUN_STATE_DIR");
-    ::unsetenv("DDPRUN_STATE_QUOTA");
-    fs::remove_all(dir);
-  }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 std::vector<state::Buffer> buffers(const std::vector<float>& w, const std::vector<int64_t>& n) {
   return {{"model.weight", "float32", {2, static_cast<int64_t>(w.size() / 2)}, "cpu", w.data(), 4 * w.size()},

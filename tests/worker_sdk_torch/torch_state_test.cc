@@ -13,30 +13,13 @@
 #include <filesystem>
 
 #include "catch_compat.h"
+#include "worker_sdk/state_dir.h"
 
 namespace fs = std::filesystem;
 namespace state = ddprun::sdk::state;
+using ddprun::sdk::testing::StateDir;
 
 namespace {
-
-struct StateDir {
-  fs::path dir;
-  StateDir() {
-    static int serial = 0;
-    dir = fs::temp_directory_path() /
-          ("ddprun-sdk-torch-state-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    ::setenv("DDPRUN_STATE_DIR", dir.c_str(), 1);
-    for (const char* v : {"RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "DDPRUN_STATE_QUOTA"})
-      ::unsetenv(v);
-  }
-  ~StateDir() {
-    state::wait();
-    ::unsetenv("DDPRUN_STATE_DIR");
-    fs::remove_all(dir);
-  }
-};
 
 // One step of regression on fixed data.
 void train_step(torch::nn::Linear& model, torch::optim::Optimizer& opt, int i) {
