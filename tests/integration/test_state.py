@@ -5,7 +5,9 @@ saved with ddprun.state, loaded at the start of every attempt), 2 ranks, torch 1
   - a worker killed mid-run (async saves): every rank resumes at the same agreed step, and the job ends with
     parameters bit for bit those of a run that never stopped (params_sha256 of the same job without a failure);
   - a worker killed in the middle of its save: the agent removes the unfinished version, every rank resumes
-    from the save before (the half-written one never loads), same parameters.
+    from the save before (the half-written one never loads), same parameters;
+  - an async_ save of every kind of tensor (larger than a slice of the threaded staging copy, non-contiguous,
+    conjugated, bool, bfloat16, int64, 0-d, empty) loads back exactly (tests/integration/state_roundtrip_worker.py).
 With a light worker (no torch; the agent's logic): the python package reaches the workers (PYTHONPATH, the
 directory, the quota); the directory is gone when the job ends and when the agent is SIGKILLed (the state
 guard); too little room for --state_memory is said at start, naming the size and the directory.
@@ -78,6 +80,20 @@ class StateTraining(IntegrationTestCase):
                                          r"\.rank1\.step29\.\d+\.tmp")
         # Rank 0 may have committed step 29; rank 1 has 19 at most: both resume after 19.
         self.assert_resumed(agent, results, 20)
+
+    def test_an_async_save_copies_every_kind_of_tensor_exactly(self):
+        # Three copy threads (this machine may have fewer CPUs: the split is the subject, not the speed).
+        out = self.path("roundtrip.json")
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "1", "--max_restarts", "1",
+                                    "--state_memory", "600M", "--python", PYTHON,
+                                    os.path.join(REPO, "tests", "integration", "state_roundtrip_worker.py"), out],
+                                   timeout=JOB_WAIT, env={"DDPRUN_STATE_COPY_THREADS": "3"})
+        self.assertEqual(rc, 0, agent.describe())
+        with open(out) as f:
+            report = json.load(f)
+        self.assertEqual(report, {"step": 7, "meta": True, "big": True, "columns": True, "conj": True,
+                                  "mask": True, "half": True, "ids": True, "scalar": True, "empty": True},
+                         agent.describe())
 
 
 class StateAgent(IntegrationTestCase):
