@@ -27,7 +27,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import kill_netns_host, load_average, machine_line  # noqa: E402
+from bench_harness import end_netns_job, kill_netns_host, load_average, machine_line  # noqa: E402
 
 RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120"
 COPIED = re.compile(r"rank (\d+)'s step 2 \(([\d.]+ \w+)\) copied to node \d+ at \S+ in (\d+) ms")
@@ -109,12 +109,7 @@ def run_one(args, size, bandwidth, port):
         return result
     finally:
         open(os.path.join(d, "stop"), "w").close()
-        for h in (1, 2, 3):
-            kill_netns_host(h)
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        end_netns_job(procs, (1, 2, 3))
 
 
 def main():
