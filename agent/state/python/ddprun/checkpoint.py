@@ -46,20 +46,21 @@ import pickle
 import sys
 import uuid
 
+import torch
+
 from ddprun import state
 
-_MARK = "ddprun.dcp"  # the key that says a version holds a torch.distributed.checkpoint (its value: 1)
-
 try:
-    import torch
     from torch.distributed.checkpoint import StorageReader as _Reader
     from torch.distributed.checkpoint import StorageWriter as _Writer
 
     _TORCH2 = int(torch.__version__.split(".")[0]) >= 2
-except ImportError:  # torch without torch.distributed: the classes below say so when constructed
-    torch, _TORCH2 = None, False
+except ImportError:  # torch 1.x without the module, or without torch.distributed: constructing says so
+    _TORCH2 = False
 if not _TORCH2:
     _Reader = _Writer = object
+
+_MARK = "ddprun.dcp"  # the key that says a version holds a torch.distributed.checkpoint (its value: 1)
 
 
 class NoStateError(state.StateError):
@@ -68,7 +69,7 @@ class NoStateError(state.StateError):
 
 def _require_torch2(what):
     if not _TORCH2:
-        version = getattr(torch, "__version__", "none") if torch is not None else "without torch.distributed"
+        version = torch.__version__ + ("" if torch.distributed.is_available() else " without torch.distributed")
         raise state.StateError(
             f"ddprun.state.{what} needs torch 2.0 or newer with torch.distributed (tested with 2.6): "
             f"torch.distributed.checkpoint's storage interface is torch 2's, and this worker's torch is {version}. "
