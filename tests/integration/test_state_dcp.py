@@ -12,7 +12,6 @@ and Adam, dcp.save with StorageWriter every 4 steps, dcp.load with StorageReader
 OnHostTorch (integration.test_state_dcp_host): `import ddprun.state` imports no torch, and with torch 1.x
 constructing a StorageWriter or StorageReader raises StateError naming the torch version needed.
 """
-import glob
 import json
 import os
 import subprocess
@@ -41,14 +40,7 @@ class StateDCP(IntegrationTestCase):
                 "--python", PYTHON, TRAIN, "--steps", "12", "--every", "4", "--out", out, *extra]
 
     def results(self, agent, out):
-        rc = agent.wait(JOB_WAIT)
-        self.assertEqual(rc, 0, agent.describe())
-        results = []
-        for path in sorted(glob.glob(os.path.join(out, "rank*.json"))):
-            with open(path) as f:
-                results.append(json.load(f))
-        self.assertEqual([r["rank"] for r in results], [0, 1], agent.describe())
-        return results
+        return self.job_results(agent, out, [0, 1], JOB_WAIT)
 
     def uninterrupted(self):
         if StateDCP.reference is None:
