@@ -13,7 +13,6 @@ directory, the quota); the directory is gone when the job ends and when the agen
 guard); too little room for --state_memory is said at start, naming the size and the directory.
 The agents' copies to a buddy and a spare's restore: test_state_netns.py.
 """
-import glob
 import json
 import os
 import re
@@ -39,14 +38,7 @@ class StateTraining(IntegrationTestCase):
                 "--log-every", "20", "--state-every", "10", "--out", out, *extra]
 
     def results(self, agent, out):
-        rc = agent.wait(JOB_WAIT)
-        self.assertEqual(rc, 0, agent.describe())
-        results = []
-        for path in sorted(glob.glob(os.path.join(out, "rank*.json"))):
-            with open(path) as f:
-                results.append(json.load(f))
-        self.assertEqual([r["rank"] for r in results], [0, 1], agent.describe())
-        return results
+        return self.job_results(agent, out, [0, 1], JOB_WAIT)
 
     def uninterrupted(self):
         if StateTraining.reference is None:

@@ -628,3 +628,15 @@ def load(map_location=None, timeout=300.0, weights_only=True, store=None):
             os.unlink(path)
     _why = ""
     return agreed[0], _open_version(torch, found[agreed], map_location, weights_only)
+
+
+# -- torch.distributed.checkpoint ---------------------------------------------------------------------------
+
+def __getattr__(name):
+    """StorageWriter, StorageReader and NoStateError: ddprun.state as a storage of torch.distributed.checkpoint
+    (ddprun/checkpoint.py, torch 2.x), imported on first use so that `import ddprun.state` imports no torch."""
+    if name in ("StorageWriter", "StorageReader", "NoStateError"):
+        from ddprun import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
