@@ -12,7 +12,10 @@
 # 6 × the size, and the worker holds 2-3 copies more), BENCH_STATE_REPS (5), BENCH_STATE_DISK_DIR (where
 # torch.save writes: a local disk, default BUILD_DIR), TORCH_PYTHON (a Python with torch, /usr/bin/python3).
 # Exit codes: 0 done, 1 no ddprun in BUILD_DIR or no torch, or a run failed.
-# A spare's restore from the buddy over netns is not measured here (tests/integration/test_state_netns.py runs it).
+# Then, as root, on network-namespace hosts (scripts/test-cluster.sh, host set 0, under the test hosts' lock):
+# scripts/bench/state_spare_bench.py — the copy to the buddy, with and without --state_bandwidth, and a spare's
+# restore from the buddy after a node is SIGKILLed (BENCH_STATE_SPARE=0 leaves it out; BENCH_STATE_BANDWIDTHS,
+# default "0 64M", the --state_bandwidth values).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +40,7 @@ for size in ${BENCH_STATE_SIZES:-64 256}; do
   rm -f "$disk_dir/bench-state-$size.pt"
 done
 
-exec "$python" - "$results" ${BENCH_STATE_SIZES:-64 256} <<'PY'
+"$python" - "$results" ${BENCH_STATE_SIZES:-64 256} <<'PY'
 import json, os, statistics, sys
 results, sizes = sys.argv[1], sys.argv[2:]
 print("| state per rank | save, sync | async_ save: loop pause | async_ save: to commit | torch.save + fsync "
@@ -52,3 +55,18 @@ for size in sizes:
           f"| {ms(med['disk_save_s'])} | {100 * med['async_block_s'] / med['disk_save_s']:.1f} % "
           f"| {ms(b['restore_s'])} | {ms(b['disk_load_s'])} | {b['identical'] and b['disk_identical']} |")
 PY
+
+[[ ${BENCH_STATE_SPARE:-1} == 0 ]] && exit 0
+if [[ $(id -u) -ne 0 ]]; then
+  log "not root: the spare's restore over network namespaces left out"
+  exit 0
+fi
+echo
+exec flock /tmp/ddprun-test-cluster.lock bash -c '
+  repo=$1 build=$2 python=$3 sizes=$4 bandwidths=$5 work=$6
+  bash "$repo/scripts/test-cluster.sh" up 3 >&2 || exit 1
+  trap "bash \"$repo/scripts/test-cluster.sh\" down >/dev/null 2>&1" EXIT
+  "$python" "$repo/scripts/bench/state_spare_bench.py" --ddprun "$build/launcher/ddprun" \
+    --cluster "$repo/scripts/test-cluster.sh" --python "$python" --worker "$repo/scripts/bench/state_spare_worker.py" \
+    --sizes "$sizes" --bandwidths "$bandwidths" --work "$work"' _ "$repo" "$build" "$python" \
+  "${BENCH_STATE_SIZES:-64 256}" "${BENCH_STATE_BANDWIDTHS:-0 64M}" "$results"

@@ -12,6 +12,10 @@ const std::vector<std::pair<std::string, std::string>>& state_python_package() {
           "ddprun/state.py",
 #include "state_python_state.inc"
       },
+      {
+          "ddprun/checkpoint.py",
+#include "state_python_checkpoint.inc"
+      },
   };
   return files;
 }

@@ -1,6 +1,6 @@
-// The Python package ddprun (agent/state/python/ddprun/: __init__.py, state.py), compiled into the agent and
-// written into the run directory's python_hooks/ (agent/loop/run_directory.h) for a job with --state_memory,
-// so that `import ddprun.state` works in every worker without an install (PYTHONPATH:
+// The Python package ddprun (agent/state/python/ddprun/: __init__.py, state.py, checkpoint.py), compiled into
+// the agent and written into the run directory's python_hooks/ (agent/loop/run_directory.h) for a job with
+// --state_memory, so that `import ddprun.state` works in every worker without an install (PYTHONPATH:
 // agent/worker_launches.h). The same directory is a plain package for the wheel.
 //
 // Pure; thread-safe.

@@ -144,10 +144,14 @@ void StateKeeper::restore(const std::vector<int>& missing, const rdzv::Rendezvou
       spdlog::warn("training state: round {}: skipped the unreadable document {}: {}", round.round, key, why);
     }
   }
+  // The step the workers will agree on: only its version is needed (newer ones are deleted by their load()).
+  std::vector<NodeState> everyone = peers;
+  everyone.push_back(node_state(rdzv::Endpoint{}));
+  const std::optional<int64_t> common = newest_common_step(everyone, round.world_size);
   for (int rank : missing) {
     std::vector<const NodeState*> holders;
     for (const NodeState& p : peers) {
-      if (p.newest(rank)) holders.push_back(&p);
+      if (common ? p.holds(rank, *common) : p.newest(rank).has_value()) holders.push_back(&p);
     }
     std::stable_sort(holders.begin(), holders.end(), [rank](const NodeState* a, const NodeState* b) {
       return *a->newest(rank) > *b->newest(rank);
@@ -156,7 +160,7 @@ void StateKeeper::restore(const std::vector<int>& missing, const rdzv::Rendezvou
     for (const NodeState* h : holders) {
       try {
         const auto t0 = Clock::now();
-        const int n = fetch(rank, h->addr, access.auth.get());
+        const int n = fetch(rank, h->addr, access.auth.get(), common.value_or(kEveryStep));
         if (n == 0) continue;
         const auto v = StateDirectory::newest(dir_.own(), rank);
         spdlog::info(
@@ -182,10 +186,10 @@ void StateKeeper::restore(const std::vector<int>& missing, const rdzv::Rendezvou
                 duration_text(std::chrono::duration_cast<milliseconds>(Clock::now() - start)));
 }
 
-int StateKeeper::fetch(int rank, const rdzv::Endpoint& holder, const rdzv::StoreAuth* auth) {
+int StateKeeper::fetch(int rank, const rdzv::Endpoint& holder, const rdzv::StoreAuth* auth, int64_t step) {
   StateConnection c = StateConnection::connect(holder.host, holder.port, kStoreTimeout, kIdle);
   c.client_handshake(auth);
-  c.send(StateMessage{.kind = StateMessage::Kind::kGet, .rank = rank});
+  c.send(StateMessage{.kind = StateMessage::Kind::kGet, .rank = rank, .step = step});
   int committed = 0;
   while (true) {
     const StateMessage m = c.receive();

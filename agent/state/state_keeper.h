@@ -12,8 +12,10 @@
 //   job's
 //      store;
 //   3. restores every local rank that has no version on this node (a spare or a new node taking a lost
-//      node's ranks) from the node that holds the newest one (the lost node's buddy), waiting up to
-//      kPeersWait for the round's documents; a rank no node holds is left without (its load() is None);
+//      node's ranks) from the node that holds it (the lost node's buddy), waiting up to kPeersWait for the
+//      round's documents: only the version of the newest step every rank of the job has somewhere (the one
+//      the workers will agree on), or, when there is no such step, every version of the node holding the
+//      newest; a rank no node holds is left without (its load() is None);
 //   4. points the replicator at this round's buddy (the next node).
 // Without a store of ddprun's (the etcd backends: observer_store() is nullopt) only step 1 runs: the state is
 // kept on the node, not copied.
@@ -72,7 +74,9 @@ class StateKeeper {
   void restore(const std::vector<int>& missing, const rdzv::RendezvousInfo& round,
                const rdzv::StoreAccess& access, rdzv::Store& store);
   // Gets every version `holder` has of `rank` into own/; the number committed (throws StateTransferError).
-  int fetch(int rank, const rdzv::Endpoint& holder, const rdzv::StoreAuth* auth);
+  // Gets `rank`'s versions from `holder` (only `step`'s, unless kEveryStep) and commits them into own/;
+  // returns how many.
+  int fetch(int rank, const rdzv::Endpoint& holder, const rdzv::StoreAuth* auth, int64_t step);
 
   const AgentConfig& config_;
   StateDirectory dir_;

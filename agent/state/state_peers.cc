@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "rendezvous/round_keys.h"
 #include "rendezvous/util/text_util.h"
@@ -44,6 +45,35 @@ std::optional<int64_t> NodeState::newest(int rank) const {
       best = it->second.back();
   }
   return best;
+}
+
+bool NodeState::holds(int rank, int64_t step) const {
+  for (const auto* m : {&own, &replica}) {
+    auto it = m->find(rank);
+    if (it != m->end() && std::find(it->second.begin(), it->second.end(), step) != it->second.end())
+      return true;
+  }
+  return false;
+}
+
+std::optional<int64_t> newest_common_step(const std::vector<NodeState>& nodes, int world_size) {
+  if (world_size <= 0) return std::nullopt;
+  std::set<int64_t> common;  // the steps every rank so far has somewhere
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::set<int64_t> steps;
+    for (const NodeState& n : nodes) {
+      for (const auto* m : {&n.own, &n.replica}) {
+        if (auto it = m->find(rank); it != m->end()) steps.insert(it->second.begin(), it->second.end());
+      }
+    }
+    if (rank == 0) {
+      common = std::move(steps);
+    } else {
+      std::erase_if(common, [&](int64_t s) { return !steps.count(s); });
+    }
+    if (common.empty()) return std::nullopt;
+  }
+  return *common.rbegin();
 }
 
 std::string node_state_key(const std::string& run_id, int round, int node_rank) {

@@ -31,7 +31,14 @@ struct NodeState {
 
   // The newest step it holds of `rank` (own or copy), if any.
   std::optional<int64_t> newest(int rank) const;
+  // Whether it holds `rank`'s version of `step` (own or copy).
+  bool holds(int rank, int64_t step) const;
 };
+
+// The newest step of which some node of `nodes` holds a version of every rank 0..world_size-1: the step the
+// workers' load() will agree on once the ranks a node lost are restored (unless a holder is lost meanwhile);
+// nullopt when there is none (a rank nobody holds, a node whose document is missing).
+std::optional<int64_t> newest_common_step(const std::vector<NodeState>& nodes, int world_size);
 
 std::string node_state_key(const std::string& run_id, int round, int node_rank);
 std::string node_state_text(const NodeState& s);

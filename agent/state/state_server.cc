@@ -204,7 +204,7 @@ void StateServer::get(StateConnection& c, const StateMessage& m) {
   std::vector<StoredVersion> found;
   for (const auto& sub : {dir_.replica(), dir_.own()}) {
     for (auto& v : StateDirectory::versions(sub)) {
-      if (v.name.rank == m.rank) found.push_back(std::move(v));
+      if (v.name.rank == m.rank && (m.step < 0 || v.name.step == m.step)) found.push_back(std::move(v));
     }
     if (!found.empty()) break;
   }

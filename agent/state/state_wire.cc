@@ -21,7 +21,7 @@ size_t numbers_of(Kind k) {
     case Kind::kPut:
     case Kind::kVersion:
       return 3;
-    case Kind::kGet:
+    case Kind::kGet:  // or 2 (below)
     case Kind::kDone:
       return 1;
     default:
@@ -42,7 +42,7 @@ std::string encode_message(const StateMessage& m) {
       return out + " " + std::to_string(m.rank) + " " + std::to_string(m.step) + " " +
              std::to_string(m.bytes);
     case Kind::kGet:
-      return out + " " + std::to_string(m.rank);
+      return out + " " + std::to_string(m.rank) + (m.step >= 0 ? " " + std::to_string(m.step) : "");
     case Kind::kDone:
       return out + " " + std::to_string(m.crc);
     case Kind::kError:
@@ -79,7 +79,7 @@ std::optional<StateMessage> decode_message(std::string_view text, std::string& w
     if (!v || std::to_string(*v) != p) break;
     numbers.push_back(*v);
   }
-  const size_t want = numbers_of(m.kind);
+  const size_t want = m.kind == Kind::kGet && parts.size() == 2 ? 2 : numbers_of(m.kind);
   if (parts.size() != want || numbers.size() != want || (sp != std::string_view::npos && want == 0)) {
     why = "an unreadable message '" + printable(text) + "'";
     return std::nullopt;
@@ -98,11 +98,12 @@ std::optional<StateMessage> decode_message(std::string_view text, std::string& w
       m.bytes = numbers[2];
       break;
     case Kind::kGet:
-      if (numbers[0] > kMaxRank) {
-        why = "a rank out of range in '" + printable(text) + "'";
+      if (numbers[0] > kMaxRank || (want == 2 && numbers[1] > kMaxStep)) {
+        why = "a number out of range in '" + printable(text) + "'";
         return std::nullopt;
       }
       m.rank = static_cast<int>(numbers[0]);
+      m.step = want == 2 ? static_cast<int64_t>(numbers[1]) : -1;
       break;
     case Kind::kDone:
       if (numbers[0] > std::numeric_limits<uint32_t>::max()) {

@@ -10,8 +10,9 @@
 // then requests, each a frame of text (Message):
 //   put <rank> <step> <bytes>   then <bytes> raw bytes of the version file, then "done <crc32c>";
 //                               the server answers "ok" once the copy is committed, or "error <why>"
-//   get <rank>                  the server sends, for each version of the rank it holds, oldest first:
-//                               "version <rank> <step> <bytes>", the bytes, "done <crc32c>"; then "end"
+//   get <rank> [<step>]         the server sends, for each version of the rank it holds (only <step>'s when
+//                               given), oldest first: "version <rank> <step> <bytes>", the bytes,
+//                               "done <crc32c>"; then "end"
 // A frame is a u32 little-endian length (at most kMaxStateFrame) and that many bytes. The proofs are
 // rendezvous/store/store_auth.h's (HMAC over the job's secret, or MUNGE), with roles of their own.
 //
@@ -30,11 +31,13 @@ inline constexpr std::string_view kStateMagic = "DDPRSTX1";
 inline constexpr uint32_t kMaxStateFrame = 64 << 10;
 inline constexpr std::string_view kStateServerRole = "state-server";
 inline constexpr std::string_view kStateClientRole = "state-client";
+// A get's step that asks for every version the server holds of the rank.
+inline constexpr int64_t kEveryStep = -1;
 
 struct StateMessage {
   enum class Kind { kPut, kGet, kVersion, kDone, kEnd, kOk, kError } kind = Kind::kOk;
   int rank = 0;
-  int64_t step = 0;
+  int64_t step = 0;  // kGet: kEveryStep for every version the server holds
   uint64_t bytes = 0;
   uint32_t crc = 0;
   std::string text;  // kError: why

@@ -279,6 +279,16 @@ def kill_netns_host(host):
             pass
 
 
+def end_netns_job(procs, hosts):
+    """SIGKILLs everything on `hosts` and reaps `procs` ({host: Popen of its `test-cluster.sh exec`})."""
+    for h in hosts:
+        kill_netns_host(h)
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
 # ---- ddprun-store -------------------------------------------------------------------------------------------
 def start_ddprun_store(path, log_level, stderr=None):
     """Starts ddprun-store (path) on a free loopback port; returns (process, port) once it accepts connections

@@ -23,7 +23,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import kill_netns_host, load_average, machine_line  # noqa: E402
+from bench_harness import end_netns_job, load_average, machine_line  # noqa: E402
 
 NPROC = 2
 HOSTS = 3
@@ -147,12 +147,7 @@ def run_one(args, name, work, port):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 pass
-        for h in range(1, HOSTS + 2):
-            kill_netns_host(h)
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        end_netns_job(procs, range(1, HOSTS + 2))
 
 
 def main():

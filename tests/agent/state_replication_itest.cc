@@ -153,8 +153,12 @@ TEST_CASE("state: a copy whose CRC-32C differs from the sender's is an error", "
   CHECK(fs::file_size(file) == payload.size());
 }
 
-TEST_CASE("state: a node lost between its ranks' copies: the spare's ranks still share a step",
-          "[agent][state]") {
+// Node 0 (ranks 0, 1) and node 1 (ranks 2, 3): both of node 0's ranks commit step 10 and reach the buddy
+// (node 1); then rank 0 commits step 20, which reaches it too, and node 0 is lost before rank 1's step 20
+// does. `survivor_steps`: what node 1's own ranks have committed meanwhile. Returns the steps of ranks 0 and
+// 1 that a spare taking node 0's place restores.
+std::pair<std::set<int64_t>, std::set<int64_t>> spare_after_a_loss_between_copies(
+    const std::vector<int64_t>& survivor_steps) {
   testing::TempDir tmp;
   rdzv::StoreServerThread store(rdzv::StoreServerOptions{.host = "127.0.0.1"});
   const rdzv::StoreAccess access{.host = "127.0.0.1", .port = store.port(), .run_id = "job", .identity = ""};
@@ -164,25 +168,40 @@ TEST_CASE("state: a node lost between its ranks' copies: the spare's ranks still
   agent::StateKeeper node1(c1);
   node0->before_spawn(round_of(0, 0, 2), access);
   node1.before_spawn(round_of(0, 1, 2), access);
-
-  // Both ranks of node 0 commit step 10 and reach the buddy; then rank 0 commits step 20, which reaches it
-  // too, and node 0 is lost before rank 1's step 20 does.
   for (int rank : {0, 1}) commit_version(node0->directory().own(), rank, 10, 1000);
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(1).replica_step == 10; }));
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(0).replica_step == 10; }));
   commit_version(node0->directory().own(), 0, 20, 1000);
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(0).replica_step == 20; }));
+  for (int64_t step : survivor_steps) {
+    for (int rank : {2, 3}) commit_version(node1.directory().own(), rank, step, 1000);
+  }
   node0.reset();
 
   agent::StateKeeper spare(c2);
   auto node1_round1 = std::async(std::launch::async, [&] { node1.before_spawn(round_of(1, 1, 2), access); });
   spare.before_spawn(round_of(1, 0, 2), access);
   node1_round1.get();
-  // Step 10 for both (the agreement's newest common step); a buddy that kept one copy per rank had only
-  // rank 0's step 20 and rank 1's step 10: no step in common, every rank would start from nothing.
   std::set<int64_t> steps0, steps1;
   for (const auto& v : agent::StateDirectory::versions(spare.directory().own()))
     (v.name.rank == 0 ? steps0 : steps1).insert(v.name.step);
+  return {steps0, steps1};
+}
+
+TEST_CASE("state: a node lost between its ranks' copies: the spare's ranks still share a step",
+          "[agent][state]") {
+  // Node 1's ranks hold nothing: no step every rank has, so the spare takes every version the buddy holds.
+  // Step 10 is there for both (the agreement's newest common step); a buddy that kept one copy per rank had
+  // only rank 0's step 20 and rank 1's step 10: no step in common, every rank would start from nothing.
+  const auto [steps0, steps1] = spare_after_a_loss_between_copies({});
   CHECK(steps0 == std::set<int64_t>{10, 20});
+  CHECK(steps1 == std::set<int64_t>{10});
+}
+
+TEST_CASE("state: a spare fetches only the version of the step every rank has", "[agent][state]") {
+  // Ranks 2 and 3 have steps 10 and 20, rank 1 only 10: the workers will agree on 10, and rank 0's step 20
+  // (which their load() would delete) is not copied: half the bytes, half the time.
+  const auto [steps0, steps1] = spare_after_a_loss_between_copies({10, 20});
+  CHECK(steps0 == std::set<int64_t>{10});
   CHECK(steps1 == std::set<int64_t>{10});
 }

@@ -27,27 +27,46 @@ TEST_CASE("crc32c: the check value, and chunks add up to the whole", "[state]") 
 TEST_CASE("state messages: exactly what encode_message writes is read back", "[state]") {
   const StateMessage put{.kind = Kind::kPut, .rank = 7, .step = 1200, .bytes = 4096};
   CHECK(encode_message(put) == "put 7 1200 4096");
-  CHECK(encode_message(StateMessage{.kind = Kind::kGet, .rank = 3}) == "get 3");
+  CHECK(encode_message(StateMessage{.kind = Kind::kGet, .rank = 3, .step = kEveryStep}) == "get 3");
+  CHECK(encode_message(StateMessage{.kind = Kind::kGet, .rank = 3, .step = 40}) == "get 3 40");
   CHECK(encode_message(StateMessage{.kind = Kind::kDone, .crc = 0xE3069283u}) == "done 3808858755");
   CHECK(encode_message(StateMessage{.kind = Kind::kError, .text = "no room"}) == "error no room");
   std::string why;
-  for (const std::string text :
-       {"put 7 1200 4096", "get 3", "version 3 5 0", "done 0", "end", "ok", "error anything at all"}) {
+  for (const std::string text : {"put 7 1200 4096", "get 3", "get 3 0", "get 3 9223372036854775807",
+                                 "version 3 5 0", "done 0", "end", "ok", "error anything at all"}) {
     CAPTURE(text);
     const auto m = decode_message(text, why);
     REQUIRE(m.has_value());
     CHECK(encode_message(*m) == text);
   }
   using namespace std::string_literals;
-  for (const std::string& text : {"put 7 1200"s, "put 7 1200 4096 1"s, "put -7 1 1"s, "put 07 1 1"s,
-                                  "put 7  1 1"s, "get"s, "get 2147483648"s, "done 4294967296"s, "end now"s,
-                                  "ok "s, "hello"s, ""s, "put 1 9223372036854775808 1"s, "ok\0"s}) {
+  for (const std::string& text :
+       {"put 7 1200"s, "put 7 1200 4096 1"s, "put -7 1 1"s, "put 07 1 1"s, "put 7  1 1"s, "get"s,
+        "get 2147483648"s, "get 1 2 3"s, "get 1 9223372036854775808"s, "get 1 -1"s, "done 4294967296"s,
+        "end now"s, "ok "s, "hello"s, ""s, "put 1 9223372036854775808 1"s, "ok\0"s}) {
     CAPTURE(text);
     CHECK_FALSE(decode_message(text, why).has_value());
   }
   const unsigned char header[4] = {0x10, 0x27, 0, 0};
   CHECK(frame_length(header) == 10000);
   CHECK(frame_header(10000) == std::string("\x10\x27\0\0", 4));
+}
+
+TEST_CASE("the newest step every rank has somewhere: what a restoring node fetches", "[state]") {
+  NodeState a, b;
+  a.own = {{0, {10, 20}}, {1, {10, 20}}};
+  a.replica = {{2, {10, 20}}};
+  b.own = {{2, {20, 30}}, {3, {10, 20}}};
+  b.replica = {{0, {20}}};
+  CHECK(newest_common_step({a, b}, 4) == 20);
+  CHECK(newest_common_step({a, b}, 3) == 20);  // rank 2 has 30 alone
+  b.own[3] = {10};                             // rank 3's step 20 never committed
+  CHECK(newest_common_step({a, b}, 4) == 10);
+  CHECK_FALSE(newest_common_step({a, b}, 5).has_value());  // rank 4: no node holds it
+  b.own[3] = {30};
+  CHECK_FALSE(newest_common_step({a, b}, 4).has_value());  // nothing in common
+  CHECK_FALSE(newest_common_step({}, 1).has_value());
+  CHECK_FALSE(newest_common_step({a}, 0).has_value());
 }
 
 TEST_CASE("rate limiter: no cap, then a steady rate after one burst", "[state]") {
@@ -96,6 +115,9 @@ TEST_CASE("round documents: written and read back, strangers' read tolerantly", 
     CAPTURE(bad);
     CHECK_FALSE(read_node_state(bad, why).has_value());
   }
+  CHECK(back->holds(2, 10));
+  CHECK_FALSE(back->holds(3, 10));
+  CHECK(back->holds(0, 20));
   CHECK(node_state_key("job", 3, 1) == "ddprun/job/r3/state/n1");
   CHECK_FALSE(buddy_of(0, 1).has_value());
   CHECK(buddy_of(0, 3) == 1);

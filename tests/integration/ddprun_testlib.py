@@ -18,6 +18,7 @@ installable), through skip_unless_required(), which fails instead under DDPRUN_R
 modules for ctest.
 """
 import fcntl
+import glob
 import json
 import os
 import random
@@ -462,6 +463,15 @@ class IntegrationTestCase(unittest.TestCase):
     def rank_worker(self, rules):
         """ddprun arguments that run rank_worker.py with these rules (see that file)."""
         return ["--python", HOST_PYTHON, RANK_WORKER, json.dumps({"fake_worker": FAKE_WORKER, "rules": rules})]
+
+    def job_results(self, agent, out, ranks, timeout):
+        """Waits up to `timeout` s for `agent` to exit 0 and returns the rank<R>.json results its workers wrote
+        into `out` (ddp_train.py's --out), in file name order, asserting that the ranks `ranks` wrote them."""
+        rc = agent.wait(timeout)
+        self.assertEqual(rc, 0, agent.describe())
+        results = [read_json_file(p) for p in sorted(glob.glob(os.path.join(out, "rank*.json")))]
+        self.assertEqual([r["rank"] for r in results], list(ranks), agent.describe())
+        return results
 
     def wait_pidfiles(self, pattern, count, timeout=30):
         """Waits for pidfiles pattern.format(lr) for lr in range(count); returns their pids."""

@@ -5,13 +5,14 @@ saved with ddprun.state, loaded at the start of every attempt), 2 ranks, torch 1
   - a worker killed mid-run (async saves): every rank resumes at the same agreed step, and the job ends with
     parameters bit for bit those of a run that never stopped (params_sha256 of the same job without a failure);
   - a worker killed in the middle of its save: the agent removes the unfinished version, every rank resumes
-    from the save before (the half-written one never loads), same parameters.
+    from the save before (the half-written one never loads), same parameters;
+  - an async_ save of every kind of tensor (larger than a slice of the threaded staging copy, non-contiguous,
+    conjugated, bool, bfloat16, int64, 0-d, empty) loads back exactly (tests/integration/state_roundtrip_worker.py).
 With a light worker (no torch; the agent's logic): the python package reaches the workers (PYTHONPATH, the
 directory, the quota); the directory is gone when the job ends and when the agent is SIGKILLed (the state
 guard); too little room for --state_memory is said at start, naming the size and the directory.
 The agents' copies to a buddy and a spare's restore: test_state_netns.py.
 """
-import glob
 import json
 import os
 import re
@@ -37,14 +38,7 @@ class StateTraining(IntegrationTestCase):
                 "--log-every", "20", "--state-every", "10", "--out", out, *extra]
 
     def results(self, agent, out):
-        rc = agent.wait(JOB_WAIT)
-        self.assertEqual(rc, 0, agent.describe())
-        results = []
-        for path in sorted(glob.glob(os.path.join(out, "rank*.json"))):
-            with open(path) as f:
-                results.append(json.load(f))
-        self.assertEqual([r["rank"] for r in results], [0, 1], agent.describe())
-        return results
+        return self.job_results(agent, out, [0, 1], JOB_WAIT)
 
     def uninterrupted(self):
         if StateTraining.reference is None:
@@ -78,6 +72,20 @@ class StateTraining(IntegrationTestCase):
                                          r"\.rank1\.step29\.\d+\.tmp")
         # Rank 0 may have committed step 29; rank 1 has 19 at most: both resume after 19.
         self.assert_resumed(agent, results, 20)
+
+    def test_an_async_save_copies_every_kind_of_tensor_exactly(self):
+        # Three copy threads (this machine may have fewer CPUs: the split is the subject, not the speed).
+        out = self.path("roundtrip.json")
+        agent, rc = self.run_agent(["--standalone", "--nproc_per_node", "1", "--max_restarts", "1",
+                                    "--state_memory", "600M", "--python", PYTHON,
+                                    os.path.join(REPO, "tests", "integration", "state_roundtrip_worker.py"), out],
+                                   timeout=JOB_WAIT, env={"DDPRUN_STATE_COPY_THREADS": "3"})
+        self.assertEqual(rc, 0, agent.describe())
+        with open(out) as f:
+            report = json.load(f)
+        self.assertEqual(report, {"step": 7, "meta": True, "big": True, "columns": True, "conj": True,
+                                  "mask": True, "half": True, "ids": True, "scalar": True, "empty": True},
+                         agent.describe())
 
 
 class StateAgent(IntegrationTestCase):

@@ -200,12 +200,18 @@ def _plain_tensor(torch, obj):
             and not obj.is_quantized and obj.device.type != "meta")
 
 
-def _cpu_contiguous(t):
+def _resolved(t):
+    """`t` detached, with a lazy conjugation or negation (views of complex tensors) carried out."""
     t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()
     if hasattr(t, "is_neg") and t.is_neg():
         t = t.resolve_neg()
+    return t
+
+
+def _cpu_contiguous(t):
+    t = _resolved(t)
     if t.device.type != "cpu":
         t = t.to("cpu")
     return t if t.is_contiguous() else t.contiguous()
@@ -346,16 +352,59 @@ def _snapshot(torch, state):
     if _staging is None or _staging.numel() < tensor_end:
         pin = torch.cuda.is_available() and any(t.device.type == "cuda" for t in found)
         _staging = torch.empty(max(tensor_end, 1) + (tensor_end >> 3), dtype=torch.uint8, pin_memory=pin)
-    with torch.no_grad():
-        for t, offset, nbytes in prepared:
-            if nbytes:
-                src = t.detach()
-                if src.is_conj():
-                    src = src.resolve_conj()
-                if hasattr(src, "is_neg") and src.is_neg():
-                    src = src.resolve_neg()
-                _staging[offset:offset + nbytes].view(src.dtype).view(src.shape).copy_(src)
+    _copy_to_staging(torch, [(t, offset, nbytes) for t, offset, nbytes in prepared if nbytes])
     return layout, tensor_end, pickled, pickle_at
+
+
+_COPY_SLICE = 32 << 20  # bytes of a contiguous CPU tensor one copy thread takes at a time
+_copiers = None  # (threads, ThreadPoolExecutor) of the staging copy, made on first use
+
+
+def _copy_threads():
+    """Threads for the staging copy: this node's CPUs shared among its local ranks (which save at the same
+    step), 1..8. DDPRUN_STATE_COPY_THREADS overrides."""
+    try:
+        forced = int(os.environ.get("DDPRUN_STATE_COPY_THREADS", "0") or 0)
+    except ValueError:
+        forced = 0
+    if forced > 0:
+        return min(forced, 64)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))))
+
+
+def _copy_to_staging(torch, items):
+    """Copies each (tensor, offset, nbytes) into the staging buffer at offset. The loop waits for this copy (it
+    is the async_ save's pause), so it runs on several threads (torch's copy_ releases the GIL): large contiguous
+    CPU tensors in slices of _COPY_SLICE, the rest whole."""
+    global _copiers
+
+    jobs = []  # (source tensor, offset): flat byte views where the tensor allows it
+    for t, offset, nbytes in items:
+        src = _resolved(t)
+        if src.device.type == "cpu" and src.is_contiguous() and nbytes > _COPY_SLICE:
+            flat = src.reshape(-1).view(torch.uint8)
+            jobs.extend((flat[at:at + _COPY_SLICE], offset + at) for at in range(0, nbytes, _COPY_SLICE))
+        else:
+            jobs.append((src, offset))
+
+    def copy(job):
+        src, offset = job
+        n = src.numel() * src.element_size()
+        with torch.no_grad():
+            _staging[offset:offset + n].view(src.dtype).view(src.shape).copy_(src)
+
+    threads = _copy_threads()
+    if threads == 1 or len(jobs) < 2:
+        for job in jobs:
+            copy(job)
+        return
+    if _copiers is None or _copiers[0] != threads:
+        import concurrent.futures
+
+        _copiers = (threads, concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ddprun-state-copy"))
+    for done in [_copiers[1].submit(copy, job) for job in jobs]:
+        done.result()
 
 
 def _write_async(directory, rank, world, attempt, step, layout, tensor_end, pickled, pickle_at):
@@ -581,3 +630,15 @@ def load(map_location=None, timeout=300.0, weights_only=True, store=None):
             os.unlink(path)
     _why = ""
     return agreed[0], _open_version(torch, found[agreed], map_location, weights_only)
+
+
+# -- torch.distributed.checkpoint ---------------------------------------------------------------------------
+
+def __getattr__(name):
+    """StorageWriter, StorageReader and NoStateError: ddprun.state as a storage of torch.distributed.checkpoint
+    (ddprun/checkpoint.py, torch 2.x), imported on first use so that `import ddprun.state` imports no torch."""
+    if name in ("StorageWriter", "StorageReader", "NoStateError"):
+        from ddprun import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
