@@ -19,7 +19,7 @@ import glob
 import json
 import os
 import re
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,6 +110,8 @@ def run_one(args, size, bandwidth, port):
     finally:
         open(os.path.join(d, "stop"), "w").close()
         end_netns_job(procs, (1, 2, 3))
+        for p in procs.values():  # a killed host's state guard died with it; the hosts share /dev/shm
+            shutil.rmtree(f"/dev/shm/ddprun-state-{p.pid}", ignore_errors=True)
 
 
 def main():
