@@ -141,7 +141,7 @@ def main():
             continue
         print(f"| {r['size']} MiB | {r['bandwidth'] if r['bandwidth'] != '0' else 'no cap'} "
               f"| {' / '.join(f'{ms} ms' for ms in r['copy_ms'])} | {r['fetch_ms']:.0f} ms ({r['versions']} "
-              f"versions, {r['fetched']}) | {r['load_ms']:.0f} ms | {r['kill_to_loaded_ms']:.0f} ms "
+              f"version{'s' if r['versions'] != 1 else ''}, {r['fetched']}) | {r['load_ms']:.0f} ms | {r['kill_to_loaded_ms']:.0f} ms "
               f"| {r['identical']} |")
     print(f"\n{machine_line(before, load_average())}.")
     return 1 if any("error" in r for r in rows) else 0
