@@ -123,7 +123,8 @@ constexpr FlagSpec kFlags[] = {
     {K::kValue, "--prestart_delay,--prestart-delay", "PRESTART_DELAY",
      "Seconds after the workers start before the next generation is pre-started", "2", false},
     {K::kValue, "--state_memory,--state-memory", "STATE_MEMORY",
-     "Keep the workers' training state (ddprun.state in Python) in this much of the node's memory "
+     "Keep the workers' training state (ddprun.state in Python, ddprun::sdk::state in C++) in this much of "
+     "the node's memory "
      "(/dev/shm), copied to the next node: bytes, or with a unit K, M, G (binary); 0 = off (docs/state.md)",
      "0", false},
     {K::kValue, "--state_bandwidth,--state-bandwidth", "STATE_BANDWIDTH",

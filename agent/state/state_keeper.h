@@ -1,10 +1,10 @@
 // StateKeeper: the agent's side of --state_memory (docs/state.md). The workers save their training state into
-// the node's memory-backed directory (agent/state/state_directory.h) with ddprun.state (a C++ API in the SDK
-// is planned); the keeper owns that directory for the agent's whole life: it creates it (with a guard
-// process that removes it should the agent die without doing so, agent/state/state_guard.h) and removes it
-// when the agent ends. Beside it run its state server (agent/state/state_server.h: the buddy's copies in, a
-// restoring node's requests answered) and its replicator (agent/state/replicator.h: this node's versions out
-// to the buddy).
+// the node's memory-backed directory (agent/state/state_directory.h) with ddprun.state (Python) or
+// ddprun::sdk::state (C++); the keeper owns that directory for the agent's whole life: it creates it (with a
+// guard process that removes it should the agent die without doing so, agent/state/state_guard.h) and removes
+// it when the agent ends. Beside it run its state server (agent/state/state_server.h: the buddy's copies in,
+// a restoring node's requests answered) and its replicator (agent/state/replicator.h: this node's versions
+// out to the buddy).
 //
 // before_spawn(), before each generation of workers starts (none runs):
 //   1. removes what workers killed mid-save left;
