@@ -8,6 +8,9 @@
   - a node and its buddy lost together (hosts 2 and 3 of 3; two spares on host 4): the ranks whose copies were
     on the survivor are restored, the others are not, load() returns None on every rank, the script falls back
     to its disk checkpoint and the job goes on to the end.
+  - the SDK's C++ trainer (ddprun::sdk::state, $EXAMPLE_TRAIN; no torch import, so it runs once): host 2's agent
+    SIGKILLed with a spare waiting; the spare restores the C++ writer's versions from the buddy, every rank
+    resumes at the same step, the parameters end bit for bit those of the same job that never stopped.
 No timing is asserted (scripts/bench-state.sh measures it).
 """
 import os
@@ -20,6 +23,9 @@ from netns_hosts import CLUSTER, NPROC, TRAIN, HostAgent, HostsTestCase, address
 from ddprun_testlib import PYTHON, torch_subject
 
 STEPS = 300
+EXAMPLE = os.environ.get("EXAMPLE_TRAIN", "")  # ddprun-example-train (registered only with libtorch)
+SDK_DONE = re.compile(r"^(?:\[default0\]:)?done: 6 ranks, .* params_fnv1a=([0-9a-f]{16})$", re.M)
+SDK_RESUMED = re.compile(r"rank (\d+): resumed from ddprun::sdk::state at step (\d+)")
 ROUND_LINE = re.compile(r"\] ddprun \S+ info: round (\d+): node (\d+)/(\d+), ranks (\d+)\.\.(\d+) of (\d+),")
 RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=90"
 
@@ -96,6 +102,46 @@ class StateAcrossNodes(HostsTestCase):
         self.assertEqual({r["start_step"] for r in results}, resumed, results)
         self.assertEqual({r["params_sha256"] for r in results}, {reference},
                          f"parameters differ from the uninterrupted run's\n{self.describe_all()}")
+
+    def sdk_job(self, host, port, tag):
+        args = ["--nnodes", "3", "--nproc_per_node", str(NPROC), "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                f"{address(1)}:{port}", "--rdzv_id", f"{self.run_id}-{tag}", "--rdzv_conf", RDZV_CONF,
+                "--max_restarts", "3", "--tee", "3", "--state_memory", "64M",
+                "--log_dir", self.path(f"logs-{tag}-h{host}"), "--no_python", EXAMPLE, "--threads", "1",
+                "--steps", "200", "--hidden", "64", "--log-every", "10", "--state-every", "10",
+                "--step-sleep-ms", "30"]
+        agent = HostAgent(host, args, self.path(f"agent-{tag}-h{host}.log"))
+        self.agents.append(agent)
+        return agent
+
+    def sdk_params(self, agents):
+        self.assert_exit_zero(agents)
+        done = [m for a in agents for m in SDK_DONE.findall(a.log())]
+        self.assertEqual(len(done), 1, self.describe_all())
+        return done[0]
+
+    @unittest.skipUnless(EXAMPLE, "EXAMPLE_TRAIN must name ddprun-example-train (a build with libtorch)")
+    def test_the_sdk_trainers_ranks_restore_on_a_spare_from_the_buddy(self):
+        reference = self.sdk_params([self.sdk_job(h, 29453, "ref") for h in (1, 2, 3)])
+        self.agents.clear()
+        agents = [self.sdk_job(h, 29454, "run") for h in (1, 2, 3)]
+        wait_until(lambda: any(re.search(r"step 60/200 loss", a.log()) for a in agents), 120,
+                   "the trainer to reach step 60", self.describe_all)
+        spare = self.sdk_job(4, 29454, "run")
+        wait_until(lambda: "waits as a hot spare" in spare.log(), 90, "host 4 to wait as a spare", self.describe_all)
+        victim = agents[1]
+        lost = node_ranks(victim)[-1]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=10)
+        wait_until(lambda: not host_pids(2), 15, "host 2's workers to die with their agent")
+        survivors = [agents[0], agents[2], spare]
+        params = self.sdk_params(survivors)
+        for rank in (2 * lost, 2 * lost + 1):
+            self.assertRegex(spare.log(), rf"restored rank {rank}'s state \(newest step \d+", spare.describe())
+        resumed = {int(r): int(s) for a in survivors for r, s in SDK_RESUMED.findall(a.log())}
+        self.assertEqual(sorted(resumed), list(range(3 * NPROC)), self.describe_all())
+        self.assertEqual(len(set(resumed.values())), 1, f"ranks resumed at different steps: {resumed}")
+        self.assertEqual(params, reference, f"parameters differ from the uninterrupted run's\n{self.describe_all()}")
 
     def assert_stranger_refused(self, agent):
         """A client on host 4 without the secret opens the protocol with agent's state server: refused."""

@@ -17,8 +17,9 @@
 // saving run was; without one, the --checkpoint path applies. --crash-in-save-step S kills --crash-rank in
 // the middle of its save of step S (its file size limit lowered: SIGXFSZ), first attempt only. Rank 0's
 // "done:" line ends with params_fnv1a, a hash of every parameter's bytes (equal hashes: bitwise equal
-// parameters). The parts of libtorch this program uses, not <torch/torch.h> (data loaders, JIT, every nn
-// module): a quarter less compile time.
+// parameters). --step-sleep-ms sleeps after every step (tests that act on a job mid-run). The parts of
+// libtorch this program uses, not <torch/torch.h> (data loaders, JIT, every nn module): a quarter less
+// compile time.
 #include <sys/resource.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/activation.h>
@@ -35,6 +36,7 @@
 #include <filesystem>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddprun/context.h"
@@ -71,7 +73,8 @@ struct Flags {
   std::string backend = "auto";
   std::string device = "cpu";
   int threads = 0;
-  int64_t warmup = 5;  // steps left out of the summary's timing
+  int64_t warmup = 5;     // steps left out of the summary's timing
+  int step_sleep_ms = 0;  // after every step (tests that act mid-run)
 };
 
 torch::nn::Sequential make_model(const Flags& f) {
@@ -284,6 +287,7 @@ int run(const Flags& f) {
         exposed_ms.push_back(std::chrono::duration<double, std::milli>(stats.exposed_wait).count());
         comm_ms.push_back(std::chrono::duration<double, std::milli>(stats.communication).count());
       }
+      if (f.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_sleep_ms));
       if (f.state_every > 0 && step % f.state_every == 0) {
         save_state(step - 1, model, opt,
                    step - 1 == f.crash_in_save_step && rank == f.crash_rank && ctx->restart_count() == 0);
@@ -365,6 +369,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", f.threads, "torch intra-op threads (0: torch's default)");
   app.add_option("--warmup", f.warmup, "steps left out of the summary's timing");
+  app.add_option("--step-sleep-ms", f.step_sleep_ms, "sleep after every step (tests that act mid-run)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);
