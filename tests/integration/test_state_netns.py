@@ -71,6 +71,15 @@ class StateAcrossNodes(HostsTestCase):
                 os.unlink(self.path("out", name))
         return StateAcrossNodes.reference
 
+    def kill_host_2(self, agents):
+        """SIGKILLs host 2's agent (agents[1]; its workers die with it); returns the node rank it had."""
+        victim = agents[1]
+        lost = node_ranks(victim)[-1]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=10)
+        wait_until(lambda: not host_pids(2), 15, "host 2's workers to die with their agent")
+        return lost
+
     def wait_for_step(self, agent, step):
         wait_until(lambda: re.search(rf"step {step}/{STEPS} loss", agent.log()), 120,
                    f"rank 0 to log step {step}", self.describe_all)
@@ -86,17 +95,11 @@ class StateAcrossNodes(HostsTestCase):
         wait_until(lambda: "waits as a hot spare" in spare.log(), 90, "host 4 to wait as a spare", self.describe_all)
         self.wait_for_step(agents[0], 60)
         self.assert_stranger_refused(agents[2])
-        victim = agents[1]
-        lost = node_ranks(victim)[-1]
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait(timeout=10)
-        wait_until(lambda: not host_pids(2), 15, "host 2's workers to die with their agent")
+        lost = self.kill_host_2(agents)
         survivors = [agents[0], agents[2], spare]
         results = self.results(survivors, 3 * NPROC)
         self.assertEqual(node_ranks(spare), [lost], spare.describe())
-        first, last = 2 * lost, 2 * lost + 1
-        for rank in (first, last):
-            self.assertRegex(spare.log(), rf"restored rank {rank}'s state \(newest step \d+", spare.describe())
+        self.assert_restored(spare, lost)
         resumed = {int(s) for a in survivors for s in re.findall(r"resumed from ddprun.state at step (\d+)", a.log())}
         self.assertEqual(len(resumed), 1, f"ranks resumed at different steps: {resumed}\n{self.describe_all()}")
         self.assertEqual({r["start_step"] for r in results}, resumed, results)
@@ -129,19 +132,19 @@ class StateAcrossNodes(HostsTestCase):
                    "the trainer to reach step 60", self.describe_all)
         spare = self.sdk_job(4, 29454, "run")
         wait_until(lambda: "waits as a hot spare" in spare.log(), 90, "host 4 to wait as a spare", self.describe_all)
-        victim = agents[1]
-        lost = node_ranks(victim)[-1]
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait(timeout=10)
-        wait_until(lambda: not host_pids(2), 15, "host 2's workers to die with their agent")
+        lost = self.kill_host_2(agents)
         survivors = [agents[0], agents[2], spare]
         params = self.sdk_params(survivors)
-        for rank in (2 * lost, 2 * lost + 1):
-            self.assertRegex(spare.log(), rf"restored rank {rank}'s state \(newest step \d+", spare.describe())
+        self.assert_restored(spare, lost)
         resumed = {int(r): int(s) for a in survivors for r, s in SDK_RESUMED.findall(a.log())}
         self.assertEqual(sorted(resumed), list(range(3 * NPROC)), self.describe_all())
         self.assertEqual(len(set(resumed.values())), 1, f"ranks resumed at different steps: {resumed}")
         self.assertEqual(params, reference, f"parameters differ from the uninterrupted run's\n{self.describe_all()}")
+
+    def assert_restored(self, spare, lost):
+        """The spare restored node rank `lost`'s ranks from the buddy."""
+        for rank in range(NPROC * lost, NPROC * (lost + 1)):
+            self.assertRegex(spare.log(), rf"restored rank {rank}'s state \(newest step \d+", spare.describe())
 
     def assert_stranger_refused(self, agent):
         """A client on host 4 without the secret opens the protocol with agent's state server: refused."""
