@@ -1,6 +1,6 @@
 """A worker of test_state.py: one rank saves, with ddprun.state.save(async_=True), a state whose tensors take
 every path of the async save's staging copy (a contiguous tensor larger than a copy slice, split across copy
-threads; a non-contiguous view; a conjugated complex tensor; bool, bfloat16 and int64 tensors; a 0-d and an
+threads; tensors below a slice, batched, three of 20 MiB making two batches; a non-contiguous view; a conjugated complex tensor; bool, bfloat16 and int64 tensors; a 0-d and an
 empty tensor), then dies (attempt 0). Restarted (attempt 1), it loads the state and writes OUT: whether every
 tensor came back with the same dtype, shape and bytes.
 
@@ -22,6 +22,9 @@ def make_state():
     z = torch.complex(torch.randn(100, generator=g), torch.randn(100, generator=g))
     return {
         "big": big,
+        "mid0": torch.randn(5 << 20, generator=g),  # 20 MiB each: a batch of two, then one
+        "mid1": torch.randn(5 << 20, generator=g),
+        "mid2": torch.randn(5 << 20, generator=g),
         "columns": wide[:, ::3],  # not contiguous
         "conj": z.conj(),
         "mask": torch.randn(1000, generator=g) > 0,

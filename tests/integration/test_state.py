@@ -83,7 +83,8 @@ class StateTraining(IntegrationTestCase):
         self.assertEqual(rc, 0, agent.describe())
         with open(out) as f:
             report = json.load(f)
-        self.assertEqual(report, {"step": 7, "meta": True, "big": True, "columns": True, "conj": True,
+        self.assertEqual(report, {"step": 7, "meta": True, "big": True, "mid0": True, "mid1": True, "mid2": True,
+                                  "columns": True, "conj": True,
                                   "mask": True, "half": True, "ids": True, "scalar": True, "empty": True},
                          agent.describe())
 

@@ -376,23 +376,30 @@ def _copy_threads():
 def _copy_to_staging(torch, items):
     """Copies each (tensor, offset, nbytes) into the staging buffer at offset. The loop waits for this copy (it
     is the async_ save's pause), so it runs on several threads (torch's copy_ releases the GIL): large contiguous
-    CPU tensors in slices of _COPY_SLICE, the rest whole."""
+    CPU tensors in slices of _COPY_SLICE, smaller tensors in batches of about that many bytes (a model's
+    thousands of small tensors are not thousands of tasks)."""
     global _copiers
 
-    jobs = []  # (source tensor, offset): flat byte views where the tensor allows it
+    jobs = [[]]  # each a list of (source tensor, offset): flat byte views where the tensor allows it
+    batched = 0  # bytes in jobs[-1]
     for t, offset, nbytes in items:
         src = _resolved(t)
         if src.device.type == "cpu" and src.is_contiguous() and nbytes > _COPY_SLICE:
             flat = src.reshape(-1).view(torch.uint8)
-            jobs.extend((flat[at:at + _COPY_SLICE], offset + at) for at in range(0, nbytes, _COPY_SLICE))
-        else:
-            jobs.append((src, offset))
+            jobs.extend([(flat[at:at + _COPY_SLICE], offset + at)] for at in range(0, nbytes, _COPY_SLICE))
+            continue
+        if batched >= _COPY_SLICE:
+            jobs.append([])
+            batched = 0
+        jobs[-1].append((src, offset))
+        batched += nbytes
+    jobs = [job for job in jobs if job]
 
     def copy(job):
-        src, offset = job
-        n = src.numel() * src.element_size()
         with torch.no_grad():
-            _staging[offset:offset + n].view(src.dtype).view(src.shape).copy_(src)
+            for src, offset in job:
+                n = src.numel() * src.element_size()
+                _staging[offset:offset + n].view(src.dtype).view(src.shape).copy_(src)
 
     threads = _copy_threads()
     if threads == 1 or len(jobs) < 2:
