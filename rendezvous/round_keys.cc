@@ -105,7 +105,11 @@ std::optional<RoundStop> RoundKeys::wait_stopped(Store& store, int round,
   } catch (const WaitTimeoutError&) {  // not stopped yet (a store that does not answer is an error)
     return std::nullopt;
   }
-  return decode_stored_stop(store.get(k), round);
+  return stopped(store, round);
+}
+
+RoundStop RoundKeys::stopped(Store& store, int round) const {
+  return decode_stored_stop(store.get(round_key(round, "stop")), round);
 }
 
 void RoundKeys::open_worker_keyspace(Store& store, int round) const {

@@ -44,6 +44,8 @@ class RoundKeys {
   // Waits up to `timeout` for the round's stop (nullopt when the WAIT timed out; a store that does not answer
   // is a TimeoutError).
   std::optional<RoundStop> wait_stopped(Store& store, int round, std::chrono::milliseconds timeout) const;
+  // The stop of a round that has stopped (its key set).
+  RoundStop stopped(Store& store, int round) const;
   // Counts this node done; the last of `nodes` stops the round as kDone.
   void done(Store& store, int round, int nodes, int node_rank) const;
   void set_closed(Store& store) const { store.set(key("closed"), "1"); }

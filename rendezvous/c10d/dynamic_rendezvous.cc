@@ -201,25 +201,32 @@ void DynamicRendezvous::after_close(int r, int count, Clock::time_point deadline
         "job, that job reuses the --rdzv_id and endpoint of a running one: give it a "
         "new --rdzv_id (or another port)");
   };
-  std::optional<RoundStop> stop;
+  auto job_over = [&](const std::string& how) {
+    return SpareNotNeededError("rendezvous '" + run_id() + "' at " + endpoint() +
+                               ": the job finished (round " + std::to_string(r) + " " + how +
+                               ") while this node waited as a hot spare; nothing is left to do. (If this "
+                               "agent belongs to a new job, that job reuses the --rdzv_id and endpoint of a "
+                               "running one: give it a new --rdzv_id.)");
+  };
   try {
-    stop = keys_.wait_stopped(
-        *store_, r, std::max(milliseconds(1), duration_cast<milliseconds>(deadline - Clock::now())));
-  } catch (const ConnectionLostError& e) {
-    throw reused("ended (the store went away: " + std::string(e.what()) + ")");
-  }
-  if (!stop) {
+    store_->wait({round_key(r, "stop")},
+                 std::max(milliseconds(1), duration_cast<milliseconds>(deadline - Clock::now())));
+  } catch (const WaitTimeoutError&) {
     throw RendezvousTimeoutError("rendezvous '" + run_id() + "': round " + std::to_string(r) +
                                  " stayed full (" + std::to_string(count) + " nodes = max) for " +
                                  duration_text(options_.join_timeout) + " at " + endpoint());
+  } catch (const ConnectionLostError& e) {
+    throw reused("ended (the store went away: " + std::string(e.what()) + ")");
   }
-  if (stop->kind == RoundStop::Kind::kDone) {
-    throw SpareNotNeededError("rendezvous '" + run_id() + "' at " + endpoint() +
-                              ": the job finished (round " + std::to_string(r) +
-                              " done) while this node waited as a hot spare; nothing is left to do. (If this "
-                              "agent belongs to a new job, that job reuses the --rdzv_id and endpoint of a "
-                              "running one: give it a new --rdzv_id.)");
+  RoundStop stop;
+  try {
+    stop = keys_.stopped(*store_, r);
+  } catch (const ConnectionLostError&) {
+    // The round stopped (the WAIT answered) and the store closed before its stop could be read: the agent
+    // hosting it left at once, as it does when the job is over (a round that re-forms keeps its store).
+    throw job_over("stopped, then its store closed");
   }
+  if (stop.kind == RoundStop::Kind::kDone) throw job_over("done");
 }
 
 std::optional<RoundStop> DynamicRendezvous::heartbeat_and_check() {

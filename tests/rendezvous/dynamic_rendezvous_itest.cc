@@ -4,6 +4,12 @@
 // StoreClient that does their first steps and stops. Timeouts are fractions of a second; the test waits for
 // conditions (store keys, futures) with deadlines, never with fixed sleeps, and every wait is bounded by
 // kLimit.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -29,6 +35,84 @@ namespace {
 using namespace std::chrono_literals;
 using namespace testing;
 using namespace c10d_testing;
+
+// A TCP proxy on 127.0.0.1 in front of a store: forwards bytes both ways, one thread per connection. Once
+// cut_after_next_answer() is called, the next bytes the store sends on any connection are forwarded and then
+// that connection is closed on both sides and the proxy accepts no more: a store that answered a WAIT and was
+// gone before the next request could reach it.
+class CuttingProxy {
+ public:
+  explicit CuttingProxy(uint16_t target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listen_fd_, 16) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~CuttingProxy() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    for (auto& t : pumps_) t.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+  void cut_after_next_answer() { armed_ = true; }
+  bool cut() const { return cut_; }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0 || cut_) continue;
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(target_);
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      pumps_.emplace_back([this, client, server] { pump(client, server); });
+    }
+  }
+  void pump(int client, int server) {
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      if (p[0].revents) {
+        const ssize_t n = ::read(client, buf, sizeof buf);
+        if (n <= 0 || ::write(server, buf, static_cast<size_t>(n)) != n) break;
+      }
+      if (p[1].revents) {
+        const ssize_t n = ::read(server, buf, sizeof buf);
+        if (n <= 0 || ::write(client, buf, static_cast<size_t>(n)) != n) break;
+        if (armed_.exchange(false)) {
+          cut_ = true;
+          break;
+        }
+      }
+    }
+    ::close(client);
+    ::close(server);
+  }
+
+  uint16_t target_, port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> armed_{false}, cut_{false}, stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;  // the acceptor's only
+};
 
 }  // namespace
 
@@ -217,6 +301,34 @@ TEST_CASE(
     CHECK_THAT(e.what(), Catch::Contains("'job'"));
     CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(running.store_port)));
     CHECK_THAT(e.what(), Catch::Contains("reuses the --rdzv_id and endpoint of a running one"));
+  }
+}
+
+TEST_CASE_METHOD(
+    C10dStore,
+    "c10d rendezvous: a spare whose job ends and whose store closes at once is not needed, not failed",
+    "[c10d][integration]") {
+  // A spare waits at the full round of a 1-node job, through a proxy. The job succeeds and its agent leaves
+  // at once with the store: here, right after the store answered the spare's WAIT for the round's stop,
+  // before the spare could read it. The spare must learn the job is over (its agent exits 0), not that the
+  // store vanished (exit 4: seen once in test_node_health_netns).
+  Node a(options("node-a", 1, 1));
+  join_in_order(a, 1, obs, 0);
+  REQUIRE(a.info().group_rank == 0);
+  CuttingProxy proxy(server.port());
+  Node spare(c10d(proxy.port(), "node-spare", 1, 1));
+  join_in_order(spare, 1, obs, 0);
+  CHECK_FALSE(spare.ready(200ms));  // waits at the full round (its WAIT in flight)
+  proxy.cut_after_next_answer();
+  a.rdzv->node_done();
+  REQUIRE(spare.ready());
+  CHECK(proxy.cut());
+  try {
+    spare.round.get();
+    FAIL("the spare joined a finished job");
+  } catch (const SpareNotNeededError& e) {
+    INFO(e.what());
+    CHECK_THAT(e.what(), Catch::Contains("the job finished (round 0 stopped, then its store closed)"));
   }
 }
 
