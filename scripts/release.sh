@@ -294,6 +294,9 @@ make_wheel() {
   local v=$1 stage=$work/wheel
   host_packages python3-build python3-wheel python3-setuptools
   cp -r "$repo/packaging/wheel" "$stage"
+  # The workers' Python API (ddprun.state, ddprun.checkpoint: docs/state.md), importable wherever the wheel is
+  # installed; in a job with --state_memory the agent's copy in the run directory comes first on PYTHONPATH.
+  cp "$repo/agent/state/python/ddprun/state.py" "$repo/agent/state/python/ddprun/checkpoint.py" "$stage/ddprun/"
   mkdir -p "$stage/scripts"
   stage_programs "$stage/scripts"
   rm "$stage/scripts/ddprun-launch" # a wheel holds no links: ddprun-launch is an entry point (setup.py)

@@ -1,8 +1,9 @@
 """The wheel into a fresh venv inside the Debian 13 root (torch 2.6 from Debian's python3-torch, seen through
 --system-site-packages as a venv next to a system torch sees it): pip installs it from the file alone (no index,
 nothing compiled), `ddprun`, `ddprun-store`, `ddprun-launch` and `python -m ddprun` work from the venv, torch's own
-`torchrun` is still torch's, a 2-rank gloo DDP job trains under the venv's ddprun and exits 0, and `pip uninstall`
-takes every program away again."""
+`torchrun` is still torch's, `ddprun.state` imports from the venv (off outside a job), a 2-rank gloo DDP job trains
+under the venv's ddprun with its state in memory (--state_memory) and exits 0, and `pip uninstall` takes every
+program away again."""
 import glob
 import os
 import shutil
@@ -56,10 +57,15 @@ class Wheel(ReleaseTestCase):
         torchrun = self.run_root(["sh", "-c", "command -v torchrun"], check=False).stdout.strip()
         self.assertNotEqual(os.path.dirname(torchrun), os.path.join(self.venv, "bin"))
 
+        api = self.run_root(["python", "-c", "import ddprun.state as s; from ddprun.state import StorageWriter; "
+                             "print(s.__file__, s.enabled(), s.load())"]).stdout.split()
+        self.assertEqual(api[1:], ["False", "None"], api)
+        self.assertTrue(api[0].startswith(os.path.join(self.venv, "lib")), api)
+
         out_dir = os.path.join(self.tmp, "out")
         os.mkdir(out_dir)
-        self.run_root(["ddprun", "--standalone", "--nproc_per_node", "2", DDP_TRAIN, "--steps", "20", "--out", out_dir],
-                      timeout=JOB_TIMEOUT)
+        self.run_root(["ddprun", "--standalone", "--nproc_per_node", "2", "--state_memory", "64M", DDP_TRAIN,
+                       "--steps", "20", "--state-every", "5", "--out", out_dir], timeout=JOB_TIMEOUT)
         self.check_ddp_job(out_dir, world_size=2)
 
         self.run_root([self.bin("pip"), "uninstall", "--yes", "ddprun"])
