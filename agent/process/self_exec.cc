@@ -2,11 +2,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+
+#include "agent/process/linux_syscalls.h"
 
 namespace ddprun::agent {
 
