@@ -100,14 +100,15 @@ void StateKeeper::before_spawn(const rdzv::RendezvousInfo& round,
     options.timeout = kStoreTimeout;
     options.auth = store->auth;
     rdzv::StoreClient client(store->host, store->port, options);
-    client.set(node_state_key(store->run_id, round.round, round.group_rank), node_state_text(node_state(me)));
+    const NodeState mine = node_state(me);
+    client.set(node_state_key(store->run_id, round.round, round.group_rank), node_state_text(mine));
     std::vector<int> missing;
     for (int rank : local_ranks()) {
       if (!StateDirectory::newest(dir_.own(), rank)) missing.push_back(rank);
     }
     // A job's first round has nothing to restore; a later one does for a node that takes a lost one's ranks.
     if (!missing.empty() && round.group_world_size > 1 && round.round > 0)
-      restore(missing, round, *store, client);
+      restore(missing, mine, round, *store, client);
   } catch (const rdzv::StoreError& e) {
     spdlog::warn("training state: round {}: the job's store: {}", round.round, e.what());
   }
@@ -119,8 +120,9 @@ void StateKeeper::before_spawn(const rdzv::RendezvousInfo& round,
   }
 }
 
-void StateKeeper::restore(const std::vector<int>& missing, const rdzv::RendezvousInfo& round,
-                          const rdzv::StoreAccess& access, rdzv::Store& store) {
+void StateKeeper::restore(const std::vector<int>& missing, const NodeState& mine,
+                          const rdzv::RendezvousInfo& round, const rdzv::StoreAccess& access,
+                          rdzv::Store& store) {
   const auto start = Clock::now();
   std::vector<std::string> keys;
   for (int n = 0; n < round.group_world_size; ++n) {
@@ -146,7 +148,7 @@ void StateKeeper::restore(const std::vector<int>& missing, const rdzv::Rendezvou
   }
   // The step the workers will agree on: only its version is needed (newer ones are deleted by their load()).
   std::vector<NodeState> everyone = peers;
-  everyone.push_back(node_state(rdzv::Endpoint{}));
+  everyone.push_back(mine);
   const std::optional<int64_t> common = newest_common_step(everyone, round.world_size);
   for (int rank : missing) {
     std::vector<const NodeState*> holders;

@@ -70,12 +70,12 @@ class StateKeeper {
  private:
   std::vector<int> local_ranks() const;
   NodeState node_state(const rdzv::Endpoint& me) const;
-  // Restores `missing` (ranks without a version here) from the peers' documents of `round`.
-  void restore(const std::vector<int>& missing, const rdzv::RendezvousInfo& round,
+  // Restores `missing` (ranks without a version here) from the peers' documents of `round`; `mine`: this
+  // node's own document of the round (what it holds).
+  void restore(const std::vector<int>& missing, const NodeState& mine, const rdzv::RendezvousInfo& round,
                const rdzv::StoreAccess& access, rdzv::Store& store);
-  // Gets every version `holder` has of `rank` into own/; the number committed (throws StateTransferError).
-  // Gets `rank`'s versions from `holder` (only `step`'s, unless kEveryStep) and commits them into own/;
-  // returns how many.
+  // Gets `rank`'s versions from `holder` (only `step`'s, unless kEveryStep) into own/; the number committed
+  // (throws StateTransferError).
   int fetch(int rank, const rdzv::Endpoint& holder, const rdzv::StoreAuth* auth, int64_t step);
 
   const AgentConfig& config_;

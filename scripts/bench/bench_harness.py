@@ -279,6 +279,17 @@ def kill_netns_host(host):
             pass
 
 
+def poll_until(pred, timeout, interval=0.05):
+    """pred()'s first true value within `timeout` s (polled every `interval` s), or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    return None
+
+
 def end_netns_job(procs, hosts):
     """SIGKILLs everything on `hosts` and reaps `procs` ({host: Popen of its `test-cluster.sh exec`})."""
     for h in hosts:

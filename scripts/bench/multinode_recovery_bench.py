@@ -23,7 +23,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import end_netns_job, load_average, machine_line  # noqa: E402
+from bench_harness import end_netns_job, load_average, machine_line, poll_until as wait_for  # noqa: E402
 
 NPROC = 2
 HOSTS = 3
@@ -64,16 +64,6 @@ def crash_time(stamp):
                 return int(parts[3])
     except OSError:
         pass
-    return None
-
-
-def wait_for(pred, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
     return None
 
 

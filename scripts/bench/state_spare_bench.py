@@ -27,7 +27,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import end_netns_job, kill_netns_host, load_average, machine_line  # noqa: E402
+from bench_harness import end_netns_job, kill_netns_host, load_average, machine_line, poll_until  # noqa: E402
 
 RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120"
 COPIED = re.compile(r"rank (\d+)'s step 2 \(([\d.]+ \w+)\) copied to node \d+ at \S+ in (\d+) ms")
@@ -36,13 +36,10 @@ RESTORED = re.compile(r"restored rank (\d+)'s state \(newest step (\d+), (\d+) v
 
 
 def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise TimeoutError(f"no {what} within {timeout} s")
+    v = poll_until(pred, timeout)
+    if not v:
+        raise TimeoutError(f"no {what} within {timeout} s")
+    return v
 
 
 def text(path):

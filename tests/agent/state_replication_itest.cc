@@ -69,23 +69,44 @@ void commit_version(const fs::path& dir, int rank, int64_t step, size_t payload_
   fs::rename(tmp, dir / version_file_name({rank, step}));
 }
 
+// Two nodes of 2 ranks each (round 0: node 0 has ranks 0-1, node 1 ranks 2-3, node 1 keeps node 0's copies)
+// against a store of their own, and a spare's configuration. Each keeper keeps a reference to its
+// configuration: the configurations are declared first, so they outlive the keepers.
+struct TwoNodes {
+  explicit TwoNodes(std::shared_ptr<rdzv::StoreAuth> auth = nullptr)
+      : store(rdzv::StoreServerOptions{.host = "127.0.0.1", .auth = auth}),
+        access{.host = "127.0.0.1", .port = store.port(), .auth = auth, .run_id = "job", .identity = ""} {
+    node0->before_spawn(round_of(0, 0, 2), access);
+    node1.before_spawn(round_of(0, 1, 2), access);
+  }
+  // Node 0 is lost; a spare takes its place (node rank 0) in round 1. The agents of a round start their
+  // generations together: each publishes what it holds, then waits for the others' documents.
+  std::unique_ptr<agent::StateKeeper> spare_for_node0() {
+    node0.reset();
+    auto spare = std::make_unique<agent::StateKeeper>(c2);
+    auto node1_round1 =
+        std::async(std::launch::async, [&] { node1.before_spawn(round_of(1, 1, 2), access); });
+    spare->before_spawn(round_of(1, 0, 2), access);
+    node1_round1.get();
+    return spare;
+  }
+
+  testing::TempDir tmp;
+  rdzv::StoreServerThread store;
+  const rdzv::StoreAccess access;
+  const agent::AgentConfig c0 = node_config(tmp.path / "n0"), c1 = node_config(tmp.path / "n1"),
+                           c2 = node_config(tmp.path / "spare");
+  std::unique_ptr<agent::StateKeeper> node0 = std::make_unique<agent::StateKeeper>(c0);
+  agent::StateKeeper node1{c1};
+};
+
 }  // namespace
 
 TEST_CASE("state: a committed version reaches the buddy and a spare restores it from there",
           "[agent][state]") {
-  testing::TempDir tmp;
-  auto auth = std::make_shared<rdzv::HmacAuth>("a secret of the job, 32 bytes...");
-  rdzv::StoreServerThread store(rdzv::StoreServerOptions{.host = "127.0.0.1", .auth = auth});
-  const rdzv::StoreAccess access{
-      .host = "127.0.0.1", .port = store.port(), .auth = auth, .run_id = "job", .identity = ""};
-
-  // A keeper keeps a reference to its configuration: each one outlives its keeper.
-  const auto c0 = node_config(tmp.path / "n0"), c1 = node_config(tmp.path / "n1"),
-             c2 = node_config(tmp.path / "spare");
-  auto node0 = std::make_unique<agent::StateKeeper>(c0);
-  agent::StateKeeper node1(c1);
-  node0->before_spawn(round_of(0, 0, 2), access);
-  node1.before_spawn(round_of(0, 1, 2), access);
+  TwoNodes nodes(std::make_shared<rdzv::HmacAuth>("a secret of the job, 32 bytes..."));
+  auto& node0 = nodes.node0;
+  auto& node1 = nodes.node1;
 
   commit_version(node0->directory().own(), 1, 10, 300000);
   commit_version(node0->directory().own(), 1, 20, 300000);  // may supersede step 10 before its turn
@@ -98,14 +119,10 @@ TEST_CASE("state: a committed version reaches the buddy and a spare restores it 
   CHECK(node0->stats().ranks.at(1).step == 20);
   CHECK_FALSE(node0->stats().ranks.at(0).step.has_value());
 
-  // Node 0 is lost; a spare takes its place (node rank 0) in round 1.
-  node0.reset();
-  agent::StateKeeper spare(c2);
-  // The agents of a round start their generations together: each publishes what it holds, then waits for the
-  // others' documents (node 1 has no version of its own ranks either, so it waits too).
-  auto node1_round1 = std::async(std::launch::async, [&] { node1.before_spawn(round_of(1, 1, 2), access); });
-  spare.before_spawn(round_of(1, 0, 2), access);
-  node1_round1.get();
+  // Node 0 is lost; a spare takes its place (node 1 has no version of its own ranks either, so it waits for
+  // the spare's document too).
+  const auto spare_keeper = nodes.spare_for_node0();
+  const agent::StateKeeper& spare = *spare_keeper;
   const auto restored = agent::StateDirectory::newest(spare.directory().own(), 1);
   REQUIRE(restored.has_value());
   CHECK(restored->name.step == 20);
@@ -159,31 +176,19 @@ TEST_CASE("state: a copy whose CRC-32C differs from the sender's is an error", "
 // 1 that a spare taking node 0's place restores.
 std::pair<std::set<int64_t>, std::set<int64_t>> spare_after_a_loss_between_copies(
     const std::vector<int64_t>& survivor_steps) {
-  testing::TempDir tmp;
-  rdzv::StoreServerThread store(rdzv::StoreServerOptions{.host = "127.0.0.1"});
-  const rdzv::StoreAccess access{.host = "127.0.0.1", .port = store.port(), .run_id = "job", .identity = ""};
-  const auto c0 = node_config(tmp.path / "n0"), c1 = node_config(tmp.path / "n1"),
-             c2 = node_config(tmp.path / "spare");
-  auto node0 = std::make_unique<agent::StateKeeper>(c0);
-  agent::StateKeeper node1(c1);
-  node0->before_spawn(round_of(0, 0, 2), access);
-  node1.before_spawn(round_of(0, 1, 2), access);
+  TwoNodes nodes;
+  auto& node0 = nodes.node0;
   for (int rank : {0, 1}) commit_version(node0->directory().own(), rank, 10, 1000);
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(1).replica_step == 10; }));
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(0).replica_step == 10; }));
   commit_version(node0->directory().own(), 0, 20, 1000);
   REQUIRE(testing::eventually([&] { return node0->stats().ranks.at(0).replica_step == 20; }));
   for (int64_t step : survivor_steps) {
-    for (int rank : {2, 3}) commit_version(node1.directory().own(), rank, step, 1000);
+    for (int rank : {2, 3}) commit_version(nodes.node1.directory().own(), rank, step, 1000);
   }
-  node0.reset();
-
-  agent::StateKeeper spare(c2);
-  auto node1_round1 = std::async(std::launch::async, [&] { node1.before_spawn(round_of(1, 1, 2), access); });
-  spare.before_spawn(round_of(1, 0, 2), access);
-  node1_round1.get();
+  const auto spare = nodes.spare_for_node0();
   std::set<int64_t> steps0, steps1;
-  for (const auto& v : agent::StateDirectory::versions(spare.directory().own()))
+  for (const auto& v : agent::StateDirectory::versions(spare->directory().own()))
     (v.name.rank == 0 ? steps0 : steps1).insert(v.name.step);
   return {steps0, steps1};
 }
