@@ -17,29 +17,10 @@ StateDirectory::StateDirectory(fs::path dir) : dir_(std::move(dir)) {
   fs::create_directory(replica());
 }
 
-std::vector<StoredVersion> StateDirectory::versions(const fs::path& sub) {
-  std::vector<StoredVersion> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(sub, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto name = parse_version_file_name(it->path().filename().string());
-    if (!name) continue;
-    std::error_code size_ec;
-    const uint64_t bytes = it->file_size(size_ec);
-    if (size_ec) continue;  // removed meanwhile
-    out.push_back({*name, it->path(), bytes});
-  }
-  std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {
-    return a.name.rank != b.name.rank ? a.name.rank < b.name.rank : a.name.step < b.name.step;
-  });
-  return out;
-}
-
 std::optional<StoredVersion> StateDirectory::newest(const fs::path& sub, int rank) {
-  std::optional<StoredVersion> found;
-  for (auto& v : versions(sub)) {
-    if (v.name.rank == rank) found = std::move(v);
-  }
-  return found;
+  auto of_rank = list_versions(sub, rank);
+  if (of_rank.empty()) return std::nullopt;
+  return std::move(of_rank.back());
 }
 
 std::vector<std::string> StateDirectory::remove_temporaries(const fs::path& sub) {
@@ -52,17 +33,6 @@ std::vector<std::string> StateDirectory::remove_temporaries(const fs::path& sub)
   }
   std::sort(removed.begin(), removed.end());
   return removed;
-}
-
-void StateDirectory::prune(const fs::path& sub, int rank, size_t keep) {
-  std::vector<StoredVersion> of_rank;
-  for (auto& v : versions(sub)) {
-    if (v.name.rank == rank) of_rank.push_back(std::move(v));
-  }
-  for (size_t i = 0; i + keep < of_rank.size(); ++i) {
-    std::error_code ignored;
-    fs::remove(of_rank[i].file, ignored);
-  }
 }
 
 uint64_t StateDirectory::bytes_held() const {

@@ -27,12 +27,6 @@ inline std::filesystem::path state_own_dir(const std::filesystem::path& dir) {
   return dir / "own";
 }
 
-struct StoredVersion {
-  VersionName name;
-  std::filesystem::path file;
-  uint64_t bytes = 0;
-};
-
 class StateDirectory {
  public:
   // Creates `dir` with own/ and replica/, mode 0700, fresh: what a dead agent that had this name (its pid)
@@ -44,13 +38,15 @@ class StateDirectory {
   std::filesystem::path replica() const { return dir_ / "replica"; }
 
   // The committed versions in `sub` (own() or replica()), by rank, then step (oldest first).
-  static std::vector<StoredVersion> versions(const std::filesystem::path& sub);
+  static std::vector<StoredVersion> versions(const std::filesystem::path& sub) { return list_versions(sub); }
   // The newest committed version of `rank` in `sub`.
   static std::optional<StoredVersion> newest(const std::filesystem::path& sub, int rank);
   // Removes the temporary files in `sub` (call it while no writer runs there); returns their names.
   static std::vector<std::string> remove_temporaries(const std::filesystem::path& sub);
   // Removes the committed versions of `rank` in `sub` but the `keep` newest.
-  static void prune(const std::filesystem::path& sub, int rank, size_t keep);
+  static void prune(const std::filesystem::path& sub, int rank, size_t keep) {
+    prune_versions(sub, rank, keep);
+  }
   // Bytes of every file in the directory.
   uint64_t bytes_held() const;
   // Removes the directory and everything in it; errors are ignored. Idempotent.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -234,6 +235,31 @@ std::optional<Manifest> read_manifest(int fd, uint64_t size, std::string& why) {
     return std::nullopt;
   }
   return m;
+}
+
+std::vector<StoredVersion> list_versions(const std::filesystem::path& dir, int rank) {
+  std::vector<StoredVersion> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = parse_version_file_name(it->path().filename().string());
+    if (!name || (rank >= 0 && name->rank != rank)) continue;
+    std::error_code size_ec;
+    const uint64_t bytes = it->file_size(size_ec);
+    if (size_ec) continue;  // removed meanwhile
+    out.push_back({*name, it->path(), bytes});
+  }
+  std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {
+    return a.name.rank != b.name.rank ? a.name.rank < b.name.rank : a.name.step < b.name.step;
+  });
+  return out;
+}
+
+void prune_versions(const std::filesystem::path& dir, int rank, size_t keep) {
+  const auto of_rank = list_versions(dir, rank);
+  for (size_t i = 0; i + keep < of_rank.size(); ++i) {
+    std::error_code ignored;
+    std::filesystem::remove(of_rank[i].file, ignored);
+  }
 }
 
 }  // namespace ddprun

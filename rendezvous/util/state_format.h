@@ -17,11 +17,14 @@
 // in the same directory and renames it to its name when complete: the rename is the commit, so a writer
 // killed mid-save leaves only a temporary file, which is never read.
 //
-// Pure functions except read_manifest (pread on a file). Thread-safe. Nothing throws except std::bad_alloc;
-// what a file holds is read tolerantly (nullopt, with the reason in `why`).
+// Pure functions except read_manifest (pread on a file) and the directory's listing and pruning (below),
+// which the agent (agent/state/state_directory.h) and the SDK's writer (worker_sdk/src/state.cc) share.
+// Thread-safe. Nothing throws except std::bad_alloc; what a file holds is read tolerantly (nullopt, with the
+// reason in `why`).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +50,18 @@ std::string version_file_name(const VersionName& v);
 std::optional<VersionName> parse_version_file_name(std::string_view name);
 // A writer's unfinished file: ".rank<R>.step<S>.<tag>.tmp" (any name starting with "." and ending in ".tmp").
 bool is_temporary_state_file(std::string_view name);
+
+// A committed version in a directory, as listed.
+struct StoredVersion {
+  VersionName name;
+  std::filesystem::path file;
+  uint64_t bytes = 0;
+};
+// The committed versions in `dir` (of `rank` only, unless -1), by rank, then step (oldest first). A file
+// removed while it is listed is left out; a directory that cannot be read lists nothing.
+std::vector<StoredVersion> list_versions(const std::filesystem::path& dir, int rank = -1);
+// Removes the committed versions of `rank` in `dir` but the `keep` newest (those already gone are no error).
+void prune_versions(const std::filesystem::path& dir, int rank, size_t keep);
 
 struct TensorEntry {
   uint64_t offset = 0;

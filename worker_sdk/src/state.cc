@@ -92,35 +92,13 @@ std::string errno_text(int e) {
   return std::strerror(e);
 }
 
-// This rank's committed versions, oldest first.
-std::vector<std::pair<int64_t, fs::path>> versions(const fs::path& dir, int rank) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const auto v = parse_version_file_name(entry.path().filename().string());
-    if (v && v->rank == rank) out.emplace_back(v->step, entry.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void prune(const fs::path& dir, int rank, size_t keep) {
-  auto all = versions(dir, rank);
-  if (all.size() <= keep) return;
-  for (size_t i = 0; i + keep < all.size(); ++i) ::unlink(all[i].second.c_str());
-}
-
 // Bytes of the two newest committed versions other than `step`'s (which the new one replaces): what stays
 // while a version is written.
 uint64_t kept_bytes(const fs::path& dir, int rank, int64_t step) {
-  auto all = versions(dir, rank);
-  std::erase_if(all, [&](const auto& v) { return v.first == step; });
+  auto all = list_versions(dir, rank);
+  std::erase_if(all, [&](const StoredVersion& v) { return v.name.step == step; });
   uint64_t sum = 0;
-  for (size_t i = all.size() > 2 ? all.size() - 2 : 0; i < all.size(); ++i) {
-    std::error_code ec;
-    const auto n = fs::file_size(all[i].second, ec);
-    if (!ec) sum += n;
-  }
+  for (size_t i = all.size() > 2 ? all.size() - 2 : 0; i < all.size(); ++i) sum += all[i].bytes;
   return sum;
 }
 
@@ -286,7 +264,7 @@ class Saver {
     }
     thread_ = std::thread([this, dir, p = std::move(p)] {
       try {
-        prune(dir, p.manifest.rank, 2);  // the two newest stay while this one is written
+        prune_versions(dir, p.manifest.rank, 2);  // the two newest stay while this one is written
         write_version(dir, p, [&](int fd, const fs::path& tmp) {
           pwrite_all(fd, staging_.get(), p.manifest.payload, 0, tmp);
         });
@@ -346,7 +324,9 @@ std::optional<Manifest> manifest_of(int fd, uint64_t& size, std::string& why) {
 // This rank's committed versions that can be loaded, and why one cannot (the last reason met).
 std::map<StepAttempt, fs::path> candidates(const fs::path& dir, const Ids& id, std::string& why) {
   std::map<StepAttempt, fs::path> found;
-  for (const auto& [step, path] : versions(dir, id.rank)) {
+  for (const StoredVersion& v : list_versions(dir, id.rank)) {
+    const int64_t step = v.name.step;
+    const fs::path& path = v.file;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;  // pruned meanwhile
     std::string bad;
@@ -433,7 +413,7 @@ bool save(int64_t step, std::span<const Buffer> buffers, bool async) {
       if (e.nbytes) pwrite_all(fd, buffers[i].data, e.nbytes, e.offset, tmp);
     }
   });
-  prune(dir, id.rank, 2);
+  prune_versions(dir, id.rank, 2);
   return true;
 }
 
@@ -472,8 +452,8 @@ std::optional<Version> load(Context& ctx, std::chrono::milliseconds timeout) {
     set_why(a.why);
     return std::nullopt;
   }
-  for (const auto& [step, path] : versions(dir, id.rank)) {
-    if (step > a.agreed->step) ::unlink(path.c_str());  // of a timeline the job abandons now
+  for (const StoredVersion& v : list_versions(dir, id.rank)) {
+    if (v.name.step > a.agreed->step) ::unlink(v.file.c_str());  // of a timeline the job abandons now
   }
   set_why("");
   return open_version(found.at(*a.agreed));
